@@ -1,0 +1,206 @@
+#!/usr/bin/python3
+"""Provision one testbed host from its scenario spec (runs inside the host, as root, once per `up`).
+
+Makes what FLEET.md section 1 describes for this host: the serving user and its recipe checkout,
+the engram dir, stale shards, the GPU stand-in's state, systemd units (clock lock, desktop, GPU
+dashboard), the engine images (built with the docker stand-in from the recipe checkout), the
+workers' NFS weights volume, background containers and the autotune caches of an earlier boot.
+Usage: provision.py HOST_SPEC_JSON
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import pwd
+import shutil
+import struct
+import subprocess
+import sys
+
+TESTBED = "/usr/lib/sparkfleet-testbed"
+UNIT_DIR = "/etc/systemd/system"
+MAGIC = 0x31344E4531565344
+
+
+def load(name: str, path: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+docker = load("docker_standin", f"{TESTBED}/standins/docker.py")
+sys.path.insert(0, TESTBED)
+from engine import autotune as sim_autotune  # noqa: E402
+
+
+def sh(*argv: str) -> str:
+    return subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+
+
+def write(path: str, text: str, mode: int = 0o644, owner: str | None = None) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as fh:
+        fh.write(text)
+    os.chmod(path, mode)
+    if owner:
+        chown(path, owner)
+
+
+def chown(path: str, user: str) -> None:
+    pw = pwd.getpwnam(user)
+    os.chown(path, pw.pw_uid, pw.pw_gid)
+
+
+def makedirs(path: str, user: str) -> None:
+    """Create path and every missing parent below /home/<user>, owned by the user."""
+    parts = path.strip("/").split("/")
+    current = ""
+    for part in parts:
+        current += "/" + part
+        if not os.path.isdir(current):
+            os.mkdir(current)
+            if current.startswith(f"/home/{user}"):
+                chown(current, user)
+
+
+def users(spec: dict) -> None:
+    user = spec["user"]
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        sh("useradd", "--create-home", "--home-dir", f"/home/{user}", "--shell", "/bin/bash", user)
+    makedirs(f"/home/{user}/.cache", user)
+
+
+def stale_shards(spec: dict) -> None:
+    """Old TP2 shards: valid headers and the exact size; row bytes are a fixed pattern."""
+    for shard in spec["stale_shards"]:
+        n, rank, tp = shard["n"], shard["rank"], shard["tp"]
+        lo, hi = n * rank // tp, n * (rank + 1) // tp
+        makedirs(os.path.dirname(shard["path"]), spec["user"])
+        header = struct.pack("<6Q", MAGIC, shard["layer"], lo, hi, n, 264).ljust(4096, b"\0")
+        row_block = hashlib.sha256(shard["path"].encode()).digest() * (264 * 256 // 32)
+        with open(shard["path"], "wb") as fh:
+            fh.write(header)
+            rows = hi - lo
+            while rows > 0:
+                take = min(rows, 256)
+                fh.write(row_block[: take * 264])
+                rows -= take
+        chown(shard["path"], spec["user"])
+
+
+def recipe_checkout(spec: dict) -> str:
+    """The operator's recipe checkout on this node, with the engine image's build context."""
+    user = spec["user"]
+    base = f"/home/{user}/dsv41-3x-spark"
+    makedirs(base, user)
+    shutil.copytree(f"{TESTBED}/image", base, dirs_exist_ok=True)
+    for dirpath, dirnames, filenames in os.walk(base):
+        for name in dirnames + filenames:
+            chown(os.path.join(dirpath, name), user)
+    makedirs(spec["engram_dir"], user)
+    makedirs(f"{base}/state", user)
+    return base
+
+
+def images(spec: dict, checkout: str) -> None:
+    staging = "/tmp/engine-image"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(f"{TESTBED}/engine", f"{staging}/opt/sglang-sim/engine",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    os.makedirs(f"{staging}/sgl-workspace")
+    docker.create_image(staging, ["lmsysorg/sglang:dev-dsv41"],
+                        {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                                 "PYTHONPATH=/opt/sglang-sim", "SGLANG_VERSION=0.5.4.post2+dsv41"],
+                         "Cmd": ["python3", "-m", "engine.sim", "--help"], "WorkingDir": "/sgl-workspace"},
+                        labels={"org.opencontainers.image.title": "sglang", "engine.version": "0.5.4.post2+dsv41",
+                                "flashinfer.version": "0.5.2"})
+    docker.build(checkout, ["dsv41-3x-spark:local"], None, {}, quiet=True)
+    docker.create_image(None, ["sparkfleet/sleeper:latest"], {"Cmd": ["sleep", "infinity"]})
+
+
+def background_containers(spec: dict) -> None:
+    for name, image_ref in spec["background_containers"]:
+        image = docker.find_image(image_ref) or docker.create_image(
+            None, [image_ref], {"Cmd": ["sleep", "infinity"]}, labels={"org.opencontainers.image.ref.name": image_ref})
+        opts, image_name, cmd = docker.parse_run(["-d", "--name", name, "--restart", "unless-stopped",
+                                                  "--label", f"owner={spec['user']}",
+                                                  "--label", "com.docker.compose.project=homelab", image_ref])
+        docker.start(docker.create_container(opts, image_name, cmd), detach=True)
+
+
+def weights_volume(spec: dict) -> None:
+    if spec["rank"] == 0:
+        return
+    docker.volume_create("dsv41-weights", "local", {
+        "type": "nfs", "o": f"addr={spec['head_address']},nfsvers=4.2,ro,nconnect=8,rsize=1048576,hard",
+        "device": ":/srv/models/DeepSeek-V4.1-Flash"})
+
+
+def units(spec: dict) -> None:
+    wants = f"{UNIT_DIR}/multi-user.target.wants"
+    os.makedirs(wants, exist_ok=True)
+    if spec["clock_lock_unit"]:
+        write(f"{UNIT_DIR}/nvidia-clock-lock.service", "\n".join([
+            "[Unit]", "Description=Lock NVIDIA GPU clocks", "After=nvidia-persistenced.service", "",
+            "[Service]", "Type=oneshot", "RemainAfterExit=yes", "ExecStart=/usr/bin/nvidia-smi -lgc 0,2200", "",
+            "[Install]", "WantedBy=multi-user.target", ""]))
+        os.symlink(f"{UNIT_DIR}/nvidia-clock-lock.service", f"{wants}/nvidia-clock-lock.service")
+    if spec["desktop"]:
+        write(f"{UNIT_DIR}/gdm.service", "\n".join([
+            "[Unit]", "Description=GNOME Display Manager (testbed stand-in)", "", "[Service]", "Type=simple",
+            f"ExecStart={TESTBED}/standins/fake_gdm.py", "", "[Install]", "Alias=display-manager.service", ""]))
+        os.symlink(f"{UNIT_DIR}/gdm.service", f"{UNIT_DIR}/display-manager.service")
+    if spec["gpu_dashboard_poll_ms"]:
+        write("/etc/default/gpu-dashboard", f"# GPU dashboard polling interval\nPOLL_MS={spec['gpu_dashboard_poll_ms']}\n")
+        write(f"{UNIT_DIR}/gpu-dashboard.service", "\n".join([
+            "[Unit]", "Description=GPU dashboard (polls nvidia-smi)", "", "[Service]", "Type=simple",
+            "EnvironmentFile=-/etc/default/gpu-dashboard", f"ExecStart={TESTBED}/standins/gpu_dashboard.py", "",
+            "[Install]", "WantedBy=multi-user.target", ""]))
+        os.symlink(f"{UNIT_DIR}/gpu-dashboard.service", f"{wants}/gpu-dashboard.service")
+    target = "graphical.target" if spec["desktop"] else "multi-user.target"
+    link = f"{UNIT_DIR}/default.target"
+    if os.path.lexists(link):
+        os.unlink(link)
+    os.symlink(f"/lib/systemd/system/{target}", link)
+    # What the boot would have started.
+    if spec["clock_lock_unit"]:
+        sh("systemctl", "start", "nvidia-clock-lock.service")
+    if spec["desktop"]:
+        sh("systemctl", "start", "gdm.service")
+    if spec["gpu_dashboard_poll_ms"]:
+        sh("systemctl", "start", "gpu-dashboard.service")
+
+
+def autotune_caches(spec: dict) -> None:
+    """Caches of an earlier boot whose per-rank digests disagree (each rank tuned in another boot)."""
+    if not spec["autotune_seed"]:
+        return
+    home = f"/home/{spec['user']}"
+    for kind in ("target", "draft"):
+        path = sim_autotune.cache_path(home + "/.cache", spec["rank"], spec["tp"], kind)
+        makedirs(os.path.dirname(path), spec["user"])
+        write(path, json.dumps(sim_autotune.tactics(kind, spec["autotune_seed"]), indent=1), owner=spec["user"])
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    with open("/run/testbed/gpu.json", "w") as fh:
+        json.dump({}, fh)
+    users(spec)
+    checkout = recipe_checkout(spec)
+    stale_shards(spec)
+    units(spec)
+    images(spec, checkout)
+    weights_volume(spec)
+    background_containers(spec)
+    autotune_caches(spec)
+    print(f"{spec['name']}: provisioned")
+
+
+if __name__ == "__main__":
+    main()
