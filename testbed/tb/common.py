@@ -12,9 +12,14 @@ REPO = Path(__file__).resolve().parents[2]
 TESTBED = REPO / "testbed"
 # Inside every host the repository's testbed/ folder is visible read-only here.
 HOST_TESTBED = "/usr/lib/sparkfleet-testbed"
-SUBNET = "10.213.0"
+# Several testbeds can live side by side (one per developer checkout): SPARKFLEET_TESTBED_ID=k (1..9)
+# gives namespaces tb<k>-spark1.. and tb<k>-fleetctl on 10.213.<k>.0/24; the default (0) is spark1..,
+# fleetctl and 10.213.0.0/24.
+TESTBED_ID = int(os.environ.get("SPARKFLEET_TESTBED_ID", "0") or 0)
+NS_PREFIX = f"tb{TESTBED_ID}-" if TESTBED_ID else ""
+SUBNET = f"10.213.{TESTBED_ID}"
 CONTROLLER_ADDR = f"{SUBNET}.254"
-CONTROL_NS = "fleetctl"
+CONTROL_NS = f"{NS_PREFIX}fleetctl"
 CONTROL_PATH_DIR = "/tmp/sparkfleet-cp"
 
 
@@ -37,6 +42,10 @@ def host_name(index: int) -> str:
     return f"spark{index}"
 
 
+def ns_name(host: str) -> str:
+    return f"{NS_PREFIX}{host}"
+
+
 def host_addr(index: int) -> str:
     return f"{SUBNET}.{10 + index}"
 
@@ -48,7 +57,8 @@ class Layout:
 
     @classmethod
     def from_env(cls) -> "Layout":
-        return cls(Path(os.environ.get("SPARKFLEET_TESTBED_STATE", REPO / ".testbed")).resolve())
+        default = REPO / (f".testbed-{TESTBED_ID}" if TESTBED_ID else ".testbed")
+        return cls(Path(os.environ.get("SPARKFLEET_TESTBED_STATE", default)).resolve())
 
     @property
     def state_file(self) -> Path:

@@ -14,13 +14,13 @@ import time
 from pathlib import Path
 
 from . import scenarios
-from .common import (CONTROL_NS, CONTROL_PATH_DIR, CONTROLLER_ADDR, HOST_TESTBED, REPO, TESTBED, Layout,
-                     TestbedError, host_name, log, run)
+from .common import (CONTROL_NS, CONTROL_PATH_DIR, CONTROLLER_ADDR, HOST_TESTBED, NS_PREFIX, REPO, SUBNET,
+                     TESTBED, Layout, TestbedError, host_name, log, ns_name, run)
 
 REQUIRED_TOOLS = {"ip": "iproute2", "unshare": "util-linux", "nsenter": "util-linux",
                   "/usr/sbin/sshd": "openssh-server", "nc": "netcat-openbsd", "ssh-keygen": "openssh-client",
                   "/usr/bin/python3": "python3"}
-HOST_NS = re.compile(r"^spark[0-9]+$")
+HOST_NS = re.compile(rf"^{NS_PREFIX}spark[0-9]+$")
 
 
 def preflight() -> None:
@@ -103,13 +103,13 @@ def _network(count: int) -> None:
             ["ip", "-n", CONTROL_NS, "addr", "add", f"{CONTROLLER_ADDR}/24", "dev", "br0"],
             ["ip", "-n", CONTROL_NS, "link", "set", "br0", "up"]]
     for index in range(1, count + 1):
-        name = host_name(index)
-        cmds += [["ip", "netns", "add", name],
+        name, ns = host_name(index), ns_name(host_name(index))
+        cmds += [["ip", "netns", "add", ns],
                  ["ip", "-n", CONTROL_NS, "link", "add", f"v-{name}", "mtu", "9000", "type", "veth",
-                  "peer", "name", "eth0", "netns", name],
+                  "peer", "name", "eth0", "netns", ns],
                  ["ip", "-n", CONTROL_NS, "link", "set", f"v-{name}", "master", "br0", "up"],
-                 ["ip", "-n", name, "addr", "add", f"10.213.0.{10 + index}/24", "dev", "eth0"],
-                 ["ip", "-n", name, "link", "set", "eth0", "up"]]
+                 ["ip", "-n", ns, "addr", "add", f"{SUBNET}.{10 + index}/24", "dev", "eth0"],
+                 ["ip", "-n", ns, "link", "set", "eth0", "up"]]
     for argv in cmds:
         run(argv)
 
@@ -160,7 +160,7 @@ def up(layout: Layout, count: int, scenario: str) -> None:
         _sshd_config(layout, spec)
         init_log = open(hdir / "init.log", "w")
         proc = subprocess.Popen(
-            ["ip", "netns", "exec", spec["name"], "unshare", "-m", "-u", "--propagation", "private",
+            ["ip", "netns", "exec", ns_name(spec["name"]), "unshare", "-m", "-u", "--propagation", "private",
              "/usr/bin/python3", str(TESTBED / "tb" / "hostinit.py"), str(layout.state_dir), json.dumps(spec)],
             stdin=subprocess.DEVNULL, stdout=init_log, stderr=subprocess.STDOUT, start_new_session=True)
         state["pids"][spec["name"]] = proc.pid

@@ -1,0 +1,120 @@
+"""run_record: every entry playbook leaves a run folder with a machine-readable record.
+
+runs/<UTC timestamp>-<playbook>/record.json holds the inventory (ranks, roles), the outcome, the
+per-host stats, every failure with its message, and the results of sparkfleet's own modules
+(snapshots, engram plans and packs, boot-log facts, autotune inventories, container diffs, benchmarks).
+Boot logs and bench results are written beside it by the roles, which find the folder through the
+SPARKFLEET_RUN_DIR environment variable this plugin sets when the playbook starts (set it yourself to
+choose the folder).
+"""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: run_record
+type: aggregate
+short_description: write runs/<timestamp>-<playbook>/record.json for every playbook
+description:
+  - Creates the run folder at playbook start and exports it as SPARKFLEET_RUN_DIR.
+  - At the end writes record.json with the inventory, outcome, stats, failures and sparkfleet module results.
+requirements:
+  - enable in ansible.cfg (callbacks_enabled = run_record)
+options:
+  runs_dir:
+    description: Folder that holds the run folders.
+    default: runs (next to the playbooks folder)
+    env:
+      - name: SPARKFLEET_RUNS_DIR
+"""
+
+import datetime
+import json
+import os
+
+from ansible.plugins.callback import CallbackBase
+
+RECORDED_MODULES = {
+    "engram_pack", "engram_status", "boot_log_facts", "autotune_cache", "fleet_snapshot", "engine_container",
+    "decode_bench", "bench_report", "node_preflight",
+}
+MAX_RESULT_CHARS = 200_000
+
+
+def _short(action: str) -> str:
+    return action.rsplit(".", 1)[-1]
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "run_record"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self):
+        super().__init__()
+        self.run_dir = None
+        self.record = {}
+        self._inventory_done = False
+
+    def v2_playbook_on_start(self, playbook):
+        name = os.path.splitext(os.path.basename(playbook._file_name))[0]
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        base = os.environ.get("SPARKFLEET_RUNS_DIR") or os.path.join(os.path.dirname(playbook._basedir), "runs")
+        self.run_dir = os.environ.get("SPARKFLEET_RUN_DIR") or os.path.join(base, f"{stamp}-{name}")
+        os.makedirs(self.run_dir, exist_ok=True)
+        os.environ["SPARKFLEET_RUN_DIR"] = self.run_dir
+        self.record = {"playbook": name, "file": playbook._file_name, "started": stamp, "run_dir": self.run_dir,
+                       "check_mode": False, "inventory": {}, "results": [], "failures": [], "outcome": "running"}
+
+    def v2_playbook_on_play_start(self, play):
+        if self._inventory_done:
+            return
+        try:
+            manager = play.get_variable_manager()
+            inventory = manager._inventory
+            hosts = inventory.get_groups_dict().get("fleet", [])
+            for host in hosts:
+                hv = inventory.get_host(host).get_vars()
+                self.record["inventory"][host] = {k: hv.get(k) for k in (
+                    "ansible_host", "fleet_rank", "fleet_role", "fleet_user", "fleet_engram_dir")}
+            self.record["check_mode"] = bool(play.check_mode) if play.check_mode is not None else False
+            self._inventory_done = True
+        except Exception as exc:  # the record must never break a play
+            self.record["inventory_error"] = str(exc)
+
+    def _keep(self, result, status):
+        action = _short(result._task.action or "")
+        host = result._host.get_name()
+        data = self._clean(result._result)
+        if status == "failed":
+            self.record["failures"].append({"host": host, "task": result._task.get_name(), "msg": data.get("msg", "")})
+        if action in RECORDED_MODULES or result._task.get_name().startswith("Record:"):
+            text = json.dumps(data, default=str)
+            if len(text) > MAX_RESULT_CHARS:
+                data = {"truncated": True, "msg": data.get("msg", ""), "changed": data.get("changed")}
+            self.record["results"].append({"host": host, "task": result._task.get_name(), "module": action,
+                                           "status": status, "result": data})
+
+    def _clean(self, result):
+        return {k: v for k, v in result.items() if not k.startswith("_ansible") and k != "invocation"}
+
+    def v2_runner_on_ok(self, result):
+        self._keep(result, "ok")
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        self._keep(result, "ignored" if ignore_errors else "failed")
+
+    def v2_runner_on_unreachable(self, result):
+        self.record["failures"].append({"host": result._host.get_name(), "task": result._task.get_name(),
+                                        "msg": "unreachable: " + str(result._result.get("msg", ""))})
+
+    def v2_playbook_on_stats(self, stats):
+        hosts = sorted(stats.processed.keys())
+        self.record["stats"] = {h: stats.summarize(h) for h in hosts}
+        bad = any(s["failures"] or s["unreachable"] for s in self.record["stats"].values())
+        self.record["outcome"] = "failed" if bad else "ok"
+        self.record["finished"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        path = os.path.join(self.run_dir, "record.json")
+        tmp = path + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump(self.record, fh, indent=1, default=str, sort_keys=True)
+        os.replace(tmp, path)
