@@ -1,0 +1,935 @@
+# -*- coding: utf-8 -*-
+"""Parse an SGLang / DSV41 engine boot log into facts (FLEET.md sections 2, 3, 4, 7).
+
+Plain Python, standard library only: it runs on the fleet's hosts inside the ``boot_log_facts`` module
+and in the controller's unit tests.
+
+How the log is read
+-------------------
+The log is read in 1 MiB blocks of bytes and never decoded as a whole. A serving log is almost all
+``Decode batch`` lines and periodic ``Engram layer=N lookups=...`` lines ("noise"). For each block the
+parser counts newlines and the two noise tokens in C (``bytes.count``); when every line of the block is
+a noise line (and no requested marker can occur in it) the block is accounted for without a Python loop:
+the counts advance, and only the block's last ``Decode batch`` line and its latest periodic Engram lines
+(found backwards with ``rfind``) are kept. Any other block is split into lines and every line goes
+through the full line parser, so boot lines, errors and markers are never skipped. Only the lines that
+are parsed are decoded (UTF-8, ``errors='replace'``).
+
+Line hygiene: ANSI colour codes are removed; a trailing CR is dropped (CRLF logs); the prefixes docker
+(``2026-11-29T10:01:02.123456789Z``), SGLang (``[2026-11-29 10:01:02 TP0]``, ``[2026-11-29 10:01:02]``),
+``(rank=1)`` and ``name | `` (compose) are stripped, in any combination, and the TP rank they carry is
+kept for the line. A last line without a newline is parsed like any other (``truncated_last_line``).
+
+Boots
+-----
+A log may hold several boots (a restart appended to the same file or journal); the LAST one counts and
+every fact is taken from it (line numbers stay absolute). A boot starts at
+
+1. a start line: ``Starting DSV41 rank R ...`` or the testbed simulator's ``dsv41 boot: rank=R tp=T``.
+   Start lines of different ranks that follow each other before the boot ended (an interleaved log of
+   several ranks) belong to one boot; a second start line for a rank that already started, or any start
+   line after the boot ended, opens a new boot;
+2. the first ``DSV4 memory calculation`` line after the current boot ended (Ready line or a failure),
+   unless it is tagged with a rank that has not printed its memory calculation in this boot yet
+   (interleaved ranks again).
+
+Lines before the first start line form a boot of their own only when they hold something recognised.
+
+A boot "ended" once it printed ``Ready: API on port`` or an error (see ``ERROR_KINDS``).
+
+Known limits (documented, deliberate): a line containing both noise tokens, or a noise token twice, can
+hide one other line of its block from the fast path; a noise block keeps the periodic Engram lines of
+the (rank, layer) keys it finds within its last 512 periodic lines.
+"""
+from __future__ import annotations
+
+import io
+import os
+import re
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterable, Optional
+
+BLOCK_SIZE = 1 << 20
+TEXT_PROBE = 64 * 1024
+MAX_NUL_FRACTION = 0.01
+MAX_TEXT = 500
+PERIODIC_SCAN_LIMIT = 512
+
+DECODE_TOKEN = b"Decode batch"
+PERIODIC_TOKEN = b" lookups="
+# Longer tokens that only these lines carry make ``bytes.count`` skip faster (about 30% here). A line
+# that carries the classifying token but not the fast one simply sends its block to the line parser.
+DECODE_FAST = b"Decode batch, #running-req"
+PERIODIC_FAST = b" hit_rate="
+
+ERROR_KINDS = (
+    "nv_err_no_memory",
+    "engram_retrieval_failed",
+    "traceback",
+    "shard_range_mismatch",
+    "shard_truncated",
+    "container_exit",
+)
+
+_BINARY_MAGIC = (
+    (b"\x1f\x8b", "gzip-compressed (zcat it first)"),
+    (b"\x7fELF", "an ELF executable"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed (zstdcat it first)"),
+    (b"\xfd7zXZ\x00", "xz-compressed (xzcat it first)"),
+    (b"PK\x03\x04", "a zip archive"),
+    (b"BZh", None),  # only with the bzip2 block magic, checked below
+)
+
+_ANSI_B = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+_PREFIX_ITEM = re.compile(
+    r"[ \t]*(?:"
+    r"(?P<docker>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
+    r"|\[(?P<br>\d{4}-\d\d-\d\d[^\]]{0,80}|(?:TP|rank)\s*=?\s*\d+[^\]]{0,40})\]"
+    r"|\((?:rank|tp)\s*[=: ]\s*(?P<pr>\d+)\)"
+    r"|(?P<svc>[A-Za-z][\w.-]{0,63})\s+\|(?= )"
+    r")[ \t]?"
+)
+_BR_RANK = re.compile(r"\bTP\s*(\d+)|\brank\s*=?\s*(\d+)")
+_RANK_TAG_B = re.compile(rb"\[[^\]]*?\bTP\s*(\d+)[^\]]*\]|\((?:rank|tp)\s*[=: ]\s*(\d+)\)")
+
+_START = re.compile(r"(?:Starting DSV41 rank|dsv41 boot: rank)\s*=?\s*(\d+)?(.*)")
+_START_TP = re.compile(r"\btp\s*[= ]\s*(\d+)|\bof\s+(\d+)\b", re.I)
+_KV_PAIR = re.compile(r"([A-Za-z_][\w]*)\s*=\s*(-?\d+(?:\.\d+)?)\s*(GB|GiB|MB|MiB)?")
+_CAPTURE = re.compile(r"Capture (?P<what>.*?)\s*(?:CUDA|cuda) graph begin")
+_BS_LIST = re.compile(r"\bbs\s*=\s*\[([^\]]*)\]?")
+_AVAIL_MEM = re.compile(r"avail mem\s*=\s*(-?\d+(?:\.\d+)?)\s*(GB|GiB)?")
+_ENGRAM_BOOT = re.compile(
+    r"(?P<mode>\w+) nvme Engram layer=(?P<layer>\d+) rank=(?P<rank>\d+)"
+    r"(?: rows=\[(?P<lo>\d+),\s*(?P<hi>\d+)\))?"
+    r"(?: cache=(?P<cache>[\d.]+)GiB)?"
+    r"(?: \((?P<slots>\d+) slots?, (?P<ways>\d+)-way, (?P<pct>[\d.]+)% of owned rows\))?"
+    r"(?: scales=(?P<scales>[\d.]+)GiB)?"
+    r"(?: io_threads=(?P<io>\d+))?"
+    r"(?: packed=(?P<packed>True|False))?"
+)
+_PERIODIC_LAYER_B = re.compile(rb"Engram layer=(\d+) lookups=")
+_PERIODIC = re.compile(
+    r"Engram layer=(?P<layer>\d+) lookups=(?P<lookups>\d+)"
+    r"(?: hit_rate=(?P<hit>[\d.]+)%)?"
+    r"(?: reads=(?P<reads>\d+))?"
+    r"(?: cache=(?P<cache>[\d.]+)GiB(?:\((?P<ways>\d+)-way\))?)?"
+    r"(?: scales=(?P<scales>[\d.]+)GiB)?"
+    r"(?: threads=(?P<threads>\d+))?"
+    r"(?: packed=(?P<packed>True|False))?"
+)
+_RUNNING_AUTOTUNE = re.compile(r"Running FlashInfer autotune with cache:\s*(\S+)")
+_KEEP_REUSED = re.compile(r"\[autotune_keep\] reused\s+(\S+)")
+_PATHISH = re.compile(r"(\S*/\S+)")
+_READY = re.compile(
+    r"Ready: API on port (?P<port>\d+)(?: \(rank (?P<rank>\d+)\))?"
+    r"(?:\.\s*Key is in (?P<key>\S+?)\.?\s*$|,\s*no API key)?"
+)
+_FRESH = re.compile(r"Fresh inference (?P<verdict>\w+)(?::\s*(?P<expr>.*?)\s*=\s*(?P<answer>\S+))?\s*$")
+_CONTAINER_EXIT = re.compile(
+    r"exited with (?:code|status)\s*(-?\d+)"
+    r"|\bcontainer\b.*?\b(?:exited|died|is dead)\b(?:.*?\((-?\d+)\))?"
+    r"|\bExited \((-?\d+)\)"
+    r"|\bexit(?:ed)? code\s*[=:]?\s*(-?\d+)",
+    re.I,
+)
+_EXCEPTION = re.compile(
+    r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Fault|Abort)\b"
+    r"|^[A-Za-z_][\w.]*: "
+)
+_FIELD_NAME = re.compile(r"[^a-z0-9]+")
+
+
+class LogNotText(ValueError):
+    """The input is not a text log (compressed, binary, NUL bytes)."""
+
+
+@dataclass
+class Marker:
+    """One requested marker: ``re:<regex>`` is a regular expression, anything else a plain substring."""
+
+    spec: str
+    regex: Optional["re.Pattern[str]"] = None
+    literal: Optional[str] = None
+    literal_b: Optional[bytes] = None
+    regex_b: Optional["re.Pattern[bytes]"] = None
+    prefilter: bool = True
+
+    @classmethod
+    def parse(cls, spec: str) -> "Marker":
+        if spec.startswith("re:"):
+            pattern = spec[3:]
+            try:
+                rx = re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"marker {spec!r} is not a valid regular expression: {exc}") from exc
+            m = cls(spec=spec, regex=rx)
+            # A bytes twin lets the fast path skip blocks that cannot match; anchors would not mean the
+            # same thing on a raw block (prefixes, CR), so anchored patterns always take the slow path.
+            if re.search(r"\^|\$|\\A|\\Z|\\b|\\B", pattern):
+                m.prefilter = False
+            else:
+                try:
+                    m.regex_b = re.compile(pattern.encode("utf-8"))
+                except re.error:
+                    m.prefilter = False
+            return m
+        if not spec:
+            raise ValueError("an empty marker matches every line; give a substring or re:<regex>")
+        return cls(spec=spec, literal=spec, literal_b=spec.encode("utf-8"))
+
+    def matches(self, message: str) -> bool:
+        if self.regex is not None:
+            return self.regex.search(message) is not None
+        return self.literal in message  # type: ignore[operator]
+
+
+@dataclass
+class _Traceback:
+    line: int
+    rank: Optional[int]
+    text: str
+    frames: int = 0
+
+
+@dataclass
+class _Boot:
+    index: int
+    start_line: int
+    start_text: Optional[str] = None
+    explicit: bool = False
+    rank: Optional[int] = None
+    tp: Optional[int] = None
+    ranks_started: set = field(default_factory=set)
+    mem_calc_ranks: set = field(default_factory=set)
+    evidence: bool = False
+    ended: bool = False
+    end_line: Optional[int] = None
+    kv: dict = field(default_factory=dict)          # rank key -> dict
+    captures: list = field(default_factory=list)
+    draft: dict = field(default_factory=dict)       # rank key -> dict
+    engram: list = field(default_factory=list)
+    periodic: dict = field(default_factory=dict)    # (rank, layer) -> (lineno, raw)
+    periodic_count: int = 0
+    disagreements: list = field(default_factory=list)
+    runs: list = field(default_factory=list)
+    completed: list = field(default_factory=list)
+    reused: list = field(default_factory=list)
+    tuned: list = field(default_factory=list)
+    keep_armed: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
+    errors_total: int = 0
+    pending: list = field(default_factory=list)     # open tracebacks
+    server_fired_up: Optional[int] = None
+    fresh: Optional[dict] = None
+    ready: Optional[dict] = None
+    ready_after_error: bool = False
+    error_after_ready: bool = False
+    decode_count: int = 0
+    decode_last: Optional[tuple] = None
+    markers: dict = field(default_factory=dict)     # spec -> [first_line, text, count]
+
+
+def _num(text: str):
+    try:
+        if "." in text or "e" in text.lower():
+            return float(text)
+        return int(text)
+    except ValueError:
+        return text
+
+
+def _value(text: str):
+    text = text.strip()
+    if text in ("True", "true"):
+        return True
+    if text in ("False", "false"):
+        return False
+    if text in ("None", "none"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "..."
+
+
+def _rank_key(rank: Optional[int]) -> str:
+    return "unknown" if rank is None else str(rank)
+
+
+def split_prefix(text: str) -> tuple:
+    """Return ``(rank or None, message)``: strip docker/SGLang/rank/compose prefixes, keep the rank."""
+    rank = None
+    pos = 0
+    n = len(text)
+    while pos < n:
+        m = _PREFIX_ITEM.match(text, pos)
+        if not m or m.end() == pos:
+            break
+        br = m.group("br")
+        if br is not None:
+            r = _BR_RANK.search(br)
+            if r:
+                rank = int(r.group(1) or r.group(2))
+        elif m.group("pr") is not None:
+            rank = int(m.group("pr"))
+        elif m.group("svc") is not None and pos != 0:
+            break  # a "name |" prefix only counts at the very start of the line
+        pos = m.end()
+    return rank, text[pos:]
+
+
+def check_text(head: bytes, where: str = "the log") -> None:
+    """Raise ``LogNotText`` when ``head`` (the first 64 KiB) is not a text log."""
+    for magic, what in _BINARY_MAGIC:
+        if head.startswith(magic):
+            if what is None:
+                if head[4:10] != b"1AY&SY":
+                    continue
+                what = "bzip2-compressed (bzcat it first)"
+            raise LogNotText(f"{where} is not a text log: it is {what}.")
+    if head:
+        nul = head.count(b"\x00")
+        if nul > MAX_NUL_FRACTION * len(head):
+            raise LogNotText(
+                f"{where} is not a text log: {nul} NUL bytes in its first {len(head)} bytes "
+                f"({100.0 * nul / len(head):.1f}% > {100 * MAX_NUL_FRACTION:.0f}%)."
+            )
+
+
+class BootLogParser:
+    """Streaming parser; feed it with ``parse_stream`` (or ``parse_bytes``/``parse_file``)."""
+
+    def __init__(self, markers: Iterable[str] = (), max_errors: int = 100):
+        self.markers = [Marker.parse(m) for m in (markers or [])]
+        self.max_errors = max_errors
+        self.lineno = 0
+        self.nbytes = 0
+        self.truncated_last_line = False
+        self.history: list = []
+        self.boot = _Boot(index=1, start_line=1)
+        self.fast_blocks = 0
+        self.slow_blocks = 0
+
+    # ------------------------------------------------------------------ blocks
+    def feed_block(self, data: bytes, start: int, end: int) -> None:
+        """Account for ``data[start:end]``: whole lines, the last one ending with a newline."""
+        nlines = data.count(b"\n", start, end)
+        ndec = data.count(DECODE_FAST, start, end)
+        nper = data.count(PERIODIC_FAST, start, end) if ndec < nlines else 0
+        if ndec + nper == nlines and not self._markers_possible(data, start, end):
+            self._fast_block(data, start, end, nlines, ndec, nper)
+            self.fast_blocks += 1
+            return
+        self.slow_blocks += 1
+        for raw in data[start:end - 1].split(b"\n"):
+            self.feed_line(raw)
+
+    def _markers_possible(self, data: bytes, start: int, end: int) -> bool:
+        if not self.markers:
+            return False
+        if data.find(b"\x1b", start, end) >= 0:
+            return True
+        for m in self.markers:
+            if m.literal_b is not None:
+                if data.find(m.literal_b, start, end) >= 0:
+                    return True
+            elif m.prefilter and m.regex_b is not None:
+                if m.regex_b.search(data, start, end):
+                    return True
+            else:
+                return True
+        return False
+
+    def _fast_block(self, data: bytes, start: int, end: int, nlines: int, ndec: int, nper: int) -> None:
+        boot = self.boot
+        base = self.lineno
+        if ndec:
+            p = data.rfind(DECODE_FAST, start, end)
+            ls = max(data.rfind(b"\n", start, p) + 1, start)
+            le = data.find(b"\n", p, end)
+            lineno = base + nlines - data.count(b"\n", ls, end) + 1
+            boot.decode_count += ndec
+            boot.decode_last = (lineno, data[ls:le])
+            boot.evidence = True
+        if nper:
+            boot.periodic_count += nper
+            boot.evidence = True
+            known = set(boot.periodic)
+            seen: set = set()
+            pos = end
+            after = 0  # newlines between the current line start and the block end
+            inspected = 0
+            while inspected < nper and inspected < PERIODIC_SCAN_LIMIT:
+                p = data.rfind(PERIODIC_FAST, start, pos)
+                if p < 0:
+                    break
+                ls = max(data.rfind(b"\n", start, p) + 1, start)
+                le = data.find(b"\n", p, end)
+                after += data.count(b"\n", ls, pos)
+                inspected += 1
+                key = self._periodic_key(data[ls:le])
+                if key is not None and key not in seen:
+                    seen.add(key)
+                    boot.periodic[key] = (base + nlines - after + 1, data[ls:le])
+                pos = ls
+                if known <= seen and inspected >= 2 * len(seen) + 8:
+                    break
+        self.lineno = base + nlines
+
+    # ------------------------------------------------------------------ lines
+    def feed_line(self, raw: bytes) -> None:
+        self.lineno += 1
+        if b"\x1b" in raw:
+            raw = _ANSI_B.sub(b"", raw)
+        if DECODE_TOKEN in raw:
+            boot = self.boot
+            boot.decode_count += 1
+            boot.decode_last = (self.lineno, raw)
+            boot.evidence = True
+            if self.markers:
+                self._match_markers(raw)
+            return
+        if PERIODIC_TOKEN in raw:
+            key = self._periodic_key(raw)
+            if key is not None:
+                boot = self.boot
+                boot.periodic_count += 1
+                boot.periodic[key] = (self.lineno, raw)
+                boot.evidence = True
+                if self.markers:
+                    self._match_markers(raw)
+                return
+        self._rare(raw)
+
+    def _periodic_key(self, raw: bytes) -> Optional[tuple]:
+        m = _PERIODIC_LAYER_B.search(raw)
+        if m is None:
+            return None
+        t = _RANK_TAG_B.search(raw, 0, m.start())
+        rank = int(t.group(1) or t.group(2)) if t else self.boot.rank
+        return (rank, int(m.group(1)))
+
+    def _match_markers(self, raw: bytes) -> None:
+        text = raw.decode("utf-8", "replace").rstrip("\r")
+        _, msg = split_prefix(text)
+        self._markers_on(msg, text)
+
+    def _markers_on(self, msg: str, text: str) -> None:
+        table = self.boot.markers
+        for m in self.markers:
+            if m.matches(msg):
+                hit = table.get(m.spec)
+                if hit is None:
+                    table[m.spec] = [self.lineno, _clip(text), 1]
+                else:
+                    hit[2] += 1
+
+    def _rare(self, raw: bytes) -> None:
+        text = raw.decode("utf-8", "replace")
+        if text.endswith("\r"):
+            text = text.rstrip("\r")
+        tag, msg = split_prefix(text)
+        n = self.lineno
+
+        if "Starting DSV41 rank" in msg or "dsv41 boot: rank" in msg:
+            self._start_line(n, tag, msg, text)
+        elif "DSV4 memory calculation" in msg:
+            self._memory_calc_boundary(n, tag, text)
+
+        boot = self.boot
+        rank = tag if tag is not None else boot.rank
+        stripped = msg.strip()
+
+        if boot.pending and stripped:
+            self._traceback_line(n, tag, msg, stripped)
+
+        if "DSV4 memory calculation" in msg or "max_total_num_tokens=" in msg:
+            self._kv(rank, msg)
+        if "graph begin" in msg:
+            self._capture(n, rank, msg)
+        if "draft runner" in msg:
+            self._draft(n, rank, msg)
+        if "nvme Engram layer=" in msg:
+            self._engram(n, rank, msg, text)
+        elif "Engram layer=" in msg and " lookups=" in msg:
+            key = self._periodic_key(raw)
+            if key is not None:
+                boot.periodic_count += 1
+                boot.periodic[key] = (n, raw)
+                boot.evidence = True
+        if "FlashInfer autotune" in msg or "autotune_keep" in msg or "tuned and saved" in msg:
+            self._autotune(n, rank, msg)
+        if "fired up and ready to roll" in msg:
+            boot.server_fired_up = n
+            boot.evidence = True
+        if "Fresh inference" in msg:
+            self._fresh(n, msg)
+        if "Ready: API on port" in msg:
+            self._ready(n, rank, msg, text)
+        self._errors(n, rank, msg, text, stripped)
+        if self.markers:
+            self._markers_on(msg, text)
+
+    # ------------------------------------------------------------------ boots
+    def _new_boot(self, n: int, text: Optional[str], explicit: bool) -> None:
+        old = self.boot
+        old.pending.clear()
+        if old.evidence or old.explicit:
+            old.end_line = n - 1
+            self.history.append(old)
+            index = old.index + 1
+        else:
+            index = old.index
+        self.boot = _Boot(index=index, start_line=n, start_text=_clip(text) if text else None, explicit=explicit)
+
+    def _start_line(self, n: int, tag: Optional[int], msg: str, text: str) -> None:
+        m = _START.search(msg)
+        rank = int(m.group(1)) if m and m.group(1) else tag
+        tp = None
+        if m:
+            t = _START_TP.search(m.group(2) or "")
+            if t:
+                tp = int(t.group(1) or t.group(2))
+        boot = self.boot
+        joins = boot.explicit and not boot.ended and (
+            not boot.evidence  # nothing but start lines so far (e.g. "dsv41 boot:" then "Starting DSV41")
+            or (rank is not None and boot.ranks_started and rank not in boot.ranks_started)
+        )
+        if not joins:
+            self._new_boot(n, text, explicit=True)
+            boot = self.boot
+            boot.rank, boot.tp = rank, tp
+        else:
+            if rank is not None and boot.ranks_started and rank not in boot.ranks_started:
+                boot.rank = None  # several ranks in one log: no single default rank
+            elif boot.rank is None and not boot.ranks_started:
+                boot.rank = rank
+            if tp is not None:
+                boot.tp = tp
+        if rank is not None:
+            boot.ranks_started.add(rank)
+
+    def _memory_calc_boundary(self, n: int, tag: Optional[int], text: str) -> None:
+        boot = self.boot
+        if boot.ended and (tag is None or tag in boot.mem_calc_ranks or not boot.mem_calc_ranks):
+            self._new_boot(n, text, explicit=False)
+            self.boot.evidence = True
+        self.boot.mem_calc_ranks.add(tag)
+
+    # ------------------------------------------------------------------ facts
+    def _kv(self, rank: Optional[int], msg: str) -> None:
+        entry = self.boot.kv.setdefault(_rank_key(rank), {})
+        for key, val, unit in _KV_PAIR.findall(msg):
+            if key == "available_gpu_mem":
+                key = "available_gpu_mem_gb"
+            entry[key] = _num(val)
+            if unit:
+                entry.setdefault("units", {})[key] = unit
+        self.boot.evidence = True
+
+    def _capture(self, n: int, rank: Optional[int], msg: str) -> None:
+        m = _CAPTURE.search(msg)
+        if m is None:
+            return
+        cap = {"line": n, "rank": rank, "what": m.group("what").strip() or "cuda"}
+        for key, val in re.findall(r"\b(backend|num_tokens_per_req)\s*=\s*([\w.-]+)", msg):
+            cap[key] = _value(val)
+        bs = _BS_LIST.search(msg)
+        if bs:
+            cap["bs"] = [int(x) for x in re.findall(r"\d+", bs.group(1))]
+        mem = _AVAIL_MEM.search(msg)
+        if mem:
+            cap["avail_mem_gb"] = float(mem.group(1))
+        self.boot.captures.append(cap)
+        self.boot.evidence = True
+
+    def _draft(self, n: int, rank: Optional[int], msg: str) -> None:
+        entry = {"line": n, "rank": rank}
+        for key, val in re.findall(r"\b([A-Za-z_]\w*)\s*=\s*([^\s,]+)", msg):
+            entry[key] = _value(val)
+        self.boot.draft[_rank_key(rank)] = entry
+        self.boot.evidence = True
+
+    def _engram(self, n: int, rank: Optional[int], msg: str, text: str) -> None:
+        m = _ENGRAM_BOOT.search(msg)
+        if m is None:
+            return
+        g = m.groupdict()
+        lo = int(g["lo"]) if g["lo"] is not None else None
+        hi = int(g["hi"]) if g["hi"] is not None else None
+        self.boot.engram.append({
+            "line": n,
+            "mode": g["mode"],
+            "layer": int(g["layer"]),
+            "rank": int(g["rank"]),
+            "rows_lo": lo,
+            "rows_hi": hi,
+            "rows": (hi - lo) if lo is not None and hi is not None else None,
+            "cache_gib": float(g["cache"]) if g["cache"] else None,
+            "slots": int(g["slots"]) if g["slots"] else None,
+            "ways": int(g["ways"]) if g["ways"] else None,
+            "percent": float(g["pct"]) if g["pct"] else None,
+            "scales_gib": float(g["scales"]) if g["scales"] else None,
+            "io_threads": int(g["io"]) if g["io"] else None,
+            "packed": None if g["packed"] is None else g["packed"] == "True",
+            "text": _clip(text),
+        })
+        self.boot.evidence = True
+
+    def _autotune(self, n: int, rank: Optional[int], msg: str) -> None:
+        boot = self.boot
+        boot.evidence = True
+        if "per-rank caches disagree" in msg:
+            boot.disagreements.append({"line": n, "rank": rank})
+        m = _RUNNING_AUTOTUNE.search(msg)
+        if m:
+            boot.runs.append({"line": n, "rank": rank, "path": m.group(1)})
+        if "FlashInfer autotune completed" in msg:
+            boot.completed.append({"line": n, "rank": rank})
+        if "[autotune_keep] armed" in msg:
+            boot.keep_armed.append({"line": n, "rank": rank})
+        m = _KEEP_REUSED.search(msg)
+        if m:
+            boot.reused.append({"line": n, "rank": rank, "path": m.group(1)})
+        if "tuned and saved" in msg:
+            tail = msg.split("tuned and saved", 1)[1]
+            p = _PATHISH.search(tail) or _PATHISH.search(msg)
+            boot.tuned.append({"line": n, "rank": rank, "path": p.group(1) if p else None})
+
+    def _fresh(self, n: int, msg: str) -> None:
+        m = _FRESH.search(msg)
+        if m is None:
+            return
+        self.boot.fresh = {
+            "line": n,
+            "passed": m.group("verdict").lower() == "passed",
+            "expression": m.group("expr"),
+            "answer": m.group("answer"),
+            "text": _clip(msg.strip()),
+        }
+        self.boot.evidence = True
+
+    def _ready(self, n: int, rank: Optional[int], msg: str, text: str) -> None:
+        m = _READY.search(msg)
+        if m is None:
+            return
+        boot = self.boot
+        boot.ready = {
+            "line": n,
+            "port": int(m.group("port")),
+            "rank": int(m.group("rank")) if m.group("rank") else rank,
+            "api_key": m.group("key"),
+            "text": _clip(text),
+        }
+        if boot.errors_total:
+            boot.ready_after_error = True
+        boot.ended = True
+        boot.evidence = True
+
+    # ------------------------------------------------------------------ errors
+    def _error(self, n: int, kind: str, rank: Optional[int], text: str, **extra) -> dict:
+        boot = self.boot
+        boot.errors_total += 1
+        boot.ended = True
+        boot.evidence = True
+        if boot.ready is not None:
+            boot.error_after_ready = True
+        entry = {"line": n, "kind": kind, "rank": rank, "text": _clip(text)}
+        entry.update(extra)
+        if len(boot.errors) < self.max_errors:
+            boot.errors.append(entry)
+        return entry
+
+    def _errors(self, n: int, rank: Optional[int], msg: str, text: str, stripped: str) -> None:
+        if "NV_ERR_NO_MEMORY" in msg:
+            self._error(n, "nv_err_no_memory", rank, text)
+        if "Engram retrieval failed" in msg:
+            self._error(n, "engram_retrieval_failed", rank, text)
+        if "does not match this rank's range" in msg:
+            self._error(n, "shard_range_mismatch", rank, text)
+        if "is truncated" in msg and ("ngram" in msg or ".bin" in msg or "shard" in msg):
+            self._error(n, "shard_truncated", rank, text)
+        if "xit" in msg or "died" in msg or "dead" in msg:
+            m = _CONTAINER_EXIT.search(msg)
+            if m:
+                code = next((g for g in m.groups() if g is not None), None)
+                self._error(n, "container_exit", rank, text, code=int(code) if code is not None else None)
+        if "Traceback (most recent call last)" in msg:
+            entry = self._error(n, "traceback", rank, text, exception=None, exception_line=None, frames=0)
+            self.boot.pending.append((_Traceback(line=n, rank=rank, text=text), entry))
+
+    def _traceback_line(self, n: int, tag: Optional[int], msg: str, stripped: str) -> None:
+        """Frames are indented; the first unindented line of the same rank (or untagged) ends it."""
+        pending = self.boot.pending
+        idx = None
+        for i in range(len(pending) - 1, -1, -1):
+            if tag is None or pending[i][0].rank == tag or pending[i][0].rank is None:
+                idx = i
+                break
+        if idx is None:
+            return
+        tb, entry = pending[idx]
+        if tb.line == n:
+            return
+        if msg[:1] in (" ", "\t") or stripped.startswith("File \""):
+            tb.frames += 1
+            entry["frames"] = tb.frames
+            return
+        if stripped.startswith(("During handling of the above exception", "The above exception was")):
+            return
+        pending.pop(idx)
+        if _EXCEPTION.search(stripped):
+            entry["exception"] = _clip(stripped)
+            entry["exception_line"] = n
+
+    # ------------------------------------------------------------------ result
+    def result(self) -> dict:
+        boot = self.boot
+        boots = len(self.history) + (1 if (boot.evidence or boot.explicit) else 0)
+        if boot.end_line is None:
+            boot.end_line = self.lineno
+        history = [self._summary(b) for b in self.history]
+        if boots > len(self.history):
+            history.append(self._summary(boot))
+        ready = {
+            "ready": boot.ready is not None,
+            "line": boot.ready["line"] if boot.ready else None,
+            "port": boot.ready["port"] if boot.ready else None,
+            "rank": boot.ready["rank"] if boot.ready else None,
+            "api_key": boot.ready["api_key"] if boot.ready else None,
+            "text": boot.ready["text"] if boot.ready else None,
+            "server_fired_up": boot.server_fired_up is not None,
+            "server_fired_up_line": boot.server_fired_up,
+            "fresh_inference": boot.fresh,
+        }
+        return {
+            "lines": self.lineno,
+            "bytes": self.nbytes,
+            "truncated_last_line": self.truncated_last_line,
+            "boots": boots,
+            "boot_start_line": boot.start_line if boots else None,
+            "boot_start_text": boot.start_text if boots else None,
+            "boot": {"rank": boot.rank, "tp": boot.tp,
+                     "ranks_started": sorted(boot.ranks_started)},
+            "boot_history": history,
+            "status": self._status(boot, boots),
+            "kv": _prefer(boot.kv),
+            "kv_by_rank": {k: dict(v) for k, v in boot.kv.items()},
+            "graphs": self._graphs(boot),
+            "draft": _prefer(boot.draft),
+            "engram": boot.engram,
+            "engram_periodic": self._periodic_result(boot),
+            "engram_periodic_lines": boot.periodic_count,
+            "autotune": self._autotune_result(boot),
+            "markers": self._markers_result(boot),
+            "errors": boot.errors,
+            "errors_total": boot.errors_total,
+            "ready": ready,
+            "decode": self._decode_result(boot),
+        }
+
+    @staticmethod
+    def _status(boot: _Boot, boots: int) -> str:
+        if not boots:
+            return "empty"
+        if boot.errors_total and (boot.ready is None or boot.error_after_ready):
+            return "failed"
+        if boot.ready is not None:
+            return "ready"
+        if boot.captures or boot.draft or boot.decode_count or boot.periodic_count:
+            return "loaded"  # loaded and serving its part, but no Ready line: what a worker rank prints
+        return "booting"
+
+    def _summary(self, b: _Boot) -> dict:
+        return {
+            "index": b.index,
+            "start_line": b.start_line,
+            "end_line": b.end_line,
+            "status": self._status(b, 1),
+            "ready": b.ready is not None,
+            "errors_total": b.errors_total,
+            "first_error": b.errors[0] if b.errors else None,
+        }
+
+    @staticmethod
+    def _graphs(boot: _Boot) -> dict:
+        verify = [c for c in boot.captures if "verify" in c["what"]]
+        chosen = _prefer_list(verify)
+        return {
+            "verify_bs": chosen.get("bs") if chosen else None,
+            "num_tokens_per_req": chosen.get("num_tokens_per_req") if chosen else None,
+            "backend": chosen.get("backend") if chosen else None,
+            "avail_mem_gb": chosen.get("avail_mem_gb") if chosen else None,
+            "captures": boot.captures,
+        }
+
+    def _periodic_result(self, boot: _Boot) -> list:
+        out = []
+        for (rank, layer), (lineno, raw) in sorted(
+                boot.periodic.items(), key=lambda kv: (-1 if kv[0][0] is None else kv[0][0], kv[0][1])):
+            text = _ANSI_B.sub(b"", raw).decode("utf-8", "replace").rstrip("\r")
+            _, msg = split_prefix(text)
+            m = _PERIODIC.search(msg)
+            entry = {"layer": layer, "rank": rank, "line": lineno, "text": _clip(text)}
+            if m:
+                g = m.groupdict()
+                entry.update({
+                    "lookups": int(g["lookups"]),
+                    "hit_rate": float(g["hit"]) if g["hit"] else None,
+                    "reads": int(g["reads"]) if g["reads"] else None,
+                    "cache_gib": float(g["cache"]) if g["cache"] else None,
+                    "ways": int(g["ways"]) if g["ways"] else None,
+                    "scales_gib": float(g["scales"]) if g["scales"] else None,
+                    "threads": int(g["threads"]) if g["threads"] else None,
+                    "packed": None if g["packed"] is None else g["packed"] == "True",
+                })
+            out.append(entry)
+        return out
+
+    @staticmethod
+    def _autotune_result(boot: _Boot) -> dict:
+        tuned_ranks = {e["rank"] for e in boot.runs} | {e["rank"] for e in boot.tuned}
+        reused_ranks = {e["rank"] for e in boot.reused}
+        if boot.reused and (boot.runs or boot.tuned or boot.disagreements):
+            outcome = "mixed"
+        elif boot.reused:
+            outcome = "reused"
+        elif boot.runs or boot.tuned or boot.disagreements:
+            outcome = "tuned"
+        else:
+            outcome = "none"
+        return {
+            "disagreements": len(boot.disagreements),
+            "disagreement_lines": [e["line"] for e in boot.disagreements],
+            "runs": boot.runs,
+            "completed": len(boot.completed),
+            "reused": boot.reused,
+            "tuned": boot.tuned,
+            "keep_armed": bool(boot.keep_armed),
+            "outcome": outcome,
+            "ranks_reused": sorted(r for r in reused_ranks if r is not None),
+            "ranks_tuned": sorted(r for r in tuned_ranks if r is not None),
+        }
+
+    def _markers_result(self, boot: _Boot) -> dict:
+        out = {}
+        for m in self.markers:
+            hit = boot.markers.get(m.spec)
+            out[m.spec] = {
+                "found": hit is not None,
+                "regex": m.regex is not None,
+                "line": hit[0] if hit else None,
+                "text": hit[1] if hit else None,
+                "count": hit[2] if hit else 0,
+            }
+        return out
+
+    def _decode_result(self, boot: _Boot) -> dict:
+        out: dict = {"count": boot.decode_count, "line": None, "text": None, "truncated": False}
+        out.update(dict.fromkeys(DECODE_KEYS))
+        if boot.decode_last is None:
+            return out
+        lineno, raw = boot.decode_last
+        text = _ANSI_B.sub(b"", raw).decode("utf-8", "replace").rstrip("\r")
+        out["line"] = lineno
+        out["text"] = _clip(text)
+        out["truncated"] = self.truncated_last_line and lineno == self.lineno
+        out.update(parse_decode_fields(text))
+        return out
+
+
+DECODE_KEYS = ("running_req", "accept_len", "accept_rate", "gen_throughput", "cuda_graph", "queue_req")
+_DECODE_ALIASES = {
+    "running_req": "running_req",
+    "queue_req": "queue_req",
+    "gen_throughput_token_s": "gen_throughput",
+    "accept_len": "accept_len",
+    "accept_rate": "accept_rate",
+    "cuda_graph": "cuda_graph",
+}
+
+
+def parse_decode_fields(text: str) -> dict:
+    """Parse ``Decode batch, #running-req: 1, ... #queue-req: 0`` into normalised keys."""
+    i = text.find("Decode batch")
+    rest = text[i + len("Decode batch"):].lstrip(",. ") if i >= 0 else text
+    fields: dict = {}
+    for part in rest.split(","):
+        name, sep, val = part.partition(":")
+        if not sep:
+            continue
+        key = _FIELD_NAME.sub("_", name.strip().lower()).strip("_")
+        if not key or not val.strip():
+            continue
+        fields[_DECODE_ALIASES.get(key, key)] = _value(val)
+    return fields
+
+
+def _prefer(by_rank: dict) -> Optional[dict]:
+    """The entry of rank 0, else of the lowest rank, else the untagged one."""
+    if not by_rank:
+        return None
+    ranks = sorted(int(k) for k in by_rank if k != "unknown")
+    if ranks:
+        return dict(by_rank[str(ranks[0])])
+    return dict(by_rank["unknown"])
+
+
+def _prefer_list(entries: list) -> Optional[dict]:
+    if not entries:
+        return None
+    tagged = [e for e in entries if e.get("rank") is not None]
+    if tagged:
+        low = min(e["rank"] for e in tagged)
+        return next(e for e in tagged if e["rank"] == low)
+    return entries[0]
+
+
+def parse_stream(stream: BinaryIO, markers: Iterable[str] = (), max_errors: int = 100,
+                 where: str = "the log") -> dict:
+    """Parse a binary stream. Raises ``LogNotText`` and ``ValueError`` (bad marker)."""
+    parser = BootLogParser(markers=markers, max_errors=max_errors)
+    head = stream.read(TEXT_PROBE)
+    check_text(head, where)
+    carry = b""
+    data = head
+    nbytes = 0
+    while data:
+        nbytes += len(data)
+        i = data.find(b"\n")
+        if i < 0:
+            carry += data
+        else:
+            parser.feed_line(carry + data[:i])
+            j = data.rfind(b"\n")
+            if j > i:
+                parser.feed_block(data, i + 1, j + 1)
+            carry = data[j + 1:]
+        data = stream.read(BLOCK_SIZE)
+    if carry:
+        parser.truncated_last_line = True
+        parser.feed_line(carry)
+    parser.nbytes = nbytes
+    return parser.result()
+
+
+def parse_bytes(data: bytes, markers: Iterable[str] = (), max_errors: int = 100,
+                where: str = "the log") -> dict:
+    """Parse a log held in memory."""
+    return parse_stream(io.BytesIO(data), markers=markers, max_errors=max_errors, where=where)
+
+
+def parse_file(path: str, markers: Iterable[str] = (), max_errors: int = 100) -> dict:
+    """Parse the log at ``path`` (the function ``boot_log_facts`` uses). Raises OSError, LogNotText."""
+    with open(path, "rb", buffering=0) as stream:
+        result = parse_stream(stream, markers=markers, max_errors=max_errors, where=path)
+    result["path"] = os.path.abspath(path)
+    return result
