@@ -96,6 +96,19 @@ def _sshd_config(layout: Layout, spec: dict) -> Path:
     return path
 
 
+def _client_config(layout: Layout, specs: list[dict]) -> None:
+    """An ssh_config for tools that do not read the Ansible inventory (testinfra's ssh backend, people)."""
+    lines = []
+    for spec in specs:
+        lines += [f"Host {spec['name']}", f"  HostName {spec['address']}", "  User root",
+                  f"  IdentityFile {layout.ssh_dir / 'id_ed25519'}",
+                  f"  ProxyCommand ip netns exec {CONTROL_NS} nc %h %p",
+                  "  StrictHostKeyChecking no", "  UserKnownHostsFile /dev/null", "  LogLevel ERROR",
+                  "  ControlMaster auto", f"  ControlPath {CONTROL_PATH_DIR}/tinfra-%C", "  ControlPersist 60s", ""]
+    (layout.ssh_dir / "config").write_text("\n".join(lines))
+    os.makedirs(CONTROL_PATH_DIR, exist_ok=True)
+
+
 def _network(count: int) -> None:
     cmds = [["ip", "netns", "add", CONTROL_NS],
             ["ip", "-n", CONTROL_NS, "link", "set", "lo", "up"],
@@ -173,6 +186,7 @@ def up(layout: Layout, count: int, scenario: str) -> None:
                 tail = (layout.host_dir(spec["name"]) / "init.log").read_text()[-800:]
                 raise TestbedError(f"host {spec['name']} did not start its sshd: {tail.strip()}")
             time.sleep(0.02)
+    _client_config(layout, specs)
     provision(layout, state)
     state["up"] = True
     layout.write_state(state)
