@@ -69,6 +69,7 @@ ERROR_KINDS = (
     "shard_range_mismatch",
     "shard_truncated",
     "container_exit",
+    "nccl_timeout",
 )
 
 _BINARY_MAGIC = (
@@ -93,7 +94,7 @@ _BR_RANK = re.compile(r"\bTP\s*(\d+)|\brank\s*=?\s*(\d+)")
 _RANK_TAG_B = re.compile(rb"\[[^\]]*?\bTP\s*(\d+)[^\]]*\]|\((?:rank|tp)\s*[=: ]\s*(\d+)\)")
 
 _START = re.compile(r"(?:Starting DSV41 rank|dsv41 boot: rank)\s*=?\s*(\d+)?(.*)")
-_START_TP = re.compile(r"\btp\s*[= ]\s*(\d+)|\bof\s+(\d+)\b", re.I)
+_START_TP = re.compile(r"\btp\s*[= ]\s*(\d+)|\bof\s+(\d+)\b|^/(\d+)", re.I)
 _KV_PAIR = re.compile(r"([A-Za-z_][\w]*)\s*=\s*(-?\d+(?:\.\d+)?)\s*(GB|GiB|MB|MiB)?")
 _CAPTURE = re.compile(r"Capture (?P<what>.*?)\s*(?:CUDA|cuda) graph begin")
 _BS_LIST = re.compile(r"\bbs\s*=\s*\[([^\]]*)\]?")
@@ -124,7 +125,8 @@ _READY = re.compile(
     r"Ready: API on port (?P<port>\d+)(?: \(rank (?P<rank>\d+)\))?"
     r"(?:\.\s*Key is in (?P<key>\S+?)\.?\s*$|,\s*no API key)?"
 )
-_FRESH = re.compile(r"Fresh inference (?P<verdict>\w+)(?::\s*(?P<expr>.*?)\s*=\s*(?P<answer>\S+))?\s*$")
+_FRESH = re.compile(r"Fresh inference (?P<verdict>passed|failed)\b:?\s*(?P<rest>.*?)\s*$")
+_FRESH_ANSWER = re.compile(r"^(?P<expr>.*?)\s*(?:=|\banswered\b)\s*(?P<answer>.*)$")
 _CONTAINER_EXIT = re.compile(
     r"exited with (?:code|status)\s*(-?\d+)"
     r"|\bcontainer\b.*?\b(?:exited|died|is dead)\b(?:.*?\((-?\d+)\))?"
@@ -497,7 +499,7 @@ class BootLogParser:
         if m:
             t = _START_TP.search(m.group(2) or "")
             if t:
-                tp = int(t.group(1) or t.group(2))
+                tp = int(t.group(1) or t.group(2) or t.group(3))
         boot = self.boot
         joins = boot.explicit and not boot.ended and (
             not boot.evidence  # nothing but start lines so far (e.g. "dsv41 boot:" then "Starting DSV41")
@@ -608,11 +610,12 @@ class BootLogParser:
         m = _FRESH.search(msg)
         if m is None:
             return
+        a = _FRESH_ANSWER.match(m.group("rest"))
         self.boot.fresh = {
             "line": n,
-            "passed": m.group("verdict").lower() == "passed",
-            "expression": m.group("expr"),
-            "answer": m.group("answer"),
+            "passed": m.group("verdict") == "passed",
+            "expression": a.group("expr") if a else None,
+            "answer": a.group("answer").strip("'\"") if a else None,
             "text": _clip(msg.strip()),
         }
         self.boot.evidence = True
@@ -657,6 +660,8 @@ class BootLogParser:
             self._error(n, "shard_range_mismatch", rank, text)
         if "is truncated" in msg and ("ngram" in msg or ".bin" in msg or "shard" in msg):
             self._error(n, "shard_truncated", rank, text)
+        if "Watchdog caught collective operation timeout" in msg:
+            self._error(n, "nccl_timeout", rank, text)
         if "xit" in msg or "died" in msg or "dead" in msg:
             m = _CONTAINER_EXIT.search(msg)
             if m:
