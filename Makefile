@@ -1,0 +1,83 @@
+# sparkfleet: the README's two commands are `make demo` and `make test`. Run as root (the testbed
+# uses network and mount namespaces). Everything installs into .venv; apt packages via `make deps`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := $(CURDIR)/.venv
+BIN := $(VENV)/bin
+export PATH := $(BIN):$(PATH)
+export ANSIBLE_HOME ?= $(CURDIR)/.ansible
+export XDG_CACHE_HOME ?= $(CURDIR)/.cache
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PYTHONDONTWRITEBYTECODE := 1
+APT_PACKAGES := openssh-server openssh-client netcat-openbsd iproute2 util-linux
+PYTEST := $(BIN)/python -m pytest
+
+.PHONY: help deps venv venv-kernels lint unit kernels integration molecule test demo up down status clean
+
+help:
+	@echo "make demo    set up, bring the seed testbed up and run the main job (pack_engram.yml) on it"
+	@echo "make test    set up and run lint, unit, kernel, integration and Molecule tests"
+	@echo "make up | down | status    the testbed; make lint | unit | kernels | integration | molecule"
+
+deps:
+	@missing=""; for tool in /usr/sbin/sshd /usr/bin/ssh /usr/bin/nc /usr/sbin/ip /usr/bin/unshare /usr/bin/nsenter; do \
+	  [ -x $$tool ] || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+	  [ "$$(id -u)" = 0 ] || { echo "make deps: apt packages missing ($(APT_PACKAGES)) and not root"; exit 1; }; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	fi
+
+$(VENV)/.stamp: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	touch $@
+
+venv: $(VENV)/.stamp
+
+$(VENV)/.stamp-kernels: requirements-kernels.txt $(VENV)/.stamp
+	$(BIN)/pip install -q -r requirements-kernels.txt
+	touch $@
+
+venv-kernels: $(VENV)/.stamp-kernels
+
+lint: venv
+	$(BIN)/yamllint -s .
+	$(BIN)/ansible-lint -q playbooks roles
+	$(BIN)/python -m compileall -q library module_utils plugins testbed benchmarks kernels
+	@for m in $$(ls library/*.py | xargs -n1 basename | sed 's/\.py$$//'); do \
+	  $(BIN)/ansible-doc -M library -t module $$m >/dev/null || { echo "ansible-doc cannot render $$m"; exit 1; }; done
+
+unit: venv
+	$(PYTEST) tests/unit -q
+
+kernels: venv-kernels
+	TRITON_INTERPRET=1 $(PYTEST) tests/kernels -q -m kernels
+
+integration: venv deps
+	$(PYTEST) tests/integration -q
+
+molecule: venv deps
+	$(BIN)/python testbed/fleet down
+	cd $(CURDIR) && for s in $$(ls molecule); do $(BIN)/molecule test -s $$s || exit 1; done
+
+test: deps venv venv-kernels lint unit kernels molecule integration
+	$(BIN)/python testbed/fleet down
+
+up: venv deps
+	$(BIN)/python testbed/fleet up --scenario seed
+
+down:
+	@$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) testbed/fleet down
+
+status:
+	@$(PYTHON) testbed/fleet status
+
+demo: deps venv
+	$(BIN)/python testbed/fleet down
+	$(BIN)/python testbed/fleet up --scenario seed
+	$(BIN)/ansible-playbook playbooks/pack_engram.yml \
+	  -e engram_relocate_stale=true -e engram_relocate_remove_source=true -e engram_restart_engine=true
+
+clean: down
+	rm -rf $(VENV) .ansible .cache runs .pytest_cache
