@@ -7,13 +7,15 @@ and in the controller's unit tests.
 How the log is read
 -------------------
 The log is read in 1 MiB blocks of bytes and never decoded as a whole. A serving log is almost all
-``Decode batch`` lines and periodic ``Engram layer=N lookups=...`` lines ("noise"). For each block the
-parser counts newlines and the two noise tokens in C (``bytes.count``); when every line of the block is
-a noise line (and no requested marker can occur in it) the block is accounted for without a Python loop:
-the counts advance, and only the block's last ``Decode batch`` line and its latest periodic Engram lines
-(found backwards with ``rfind``) are kept. Any other block is split into lines and every line goes
-through the full line parser, so boot lines, errors and markers are never skipped. Only the lines that
-are parsed are decoded (UTF-8, ``errors='replace'``).
+``Decode batch`` lines, periodic ``Engram layer=N lookups=...`` lines and per-request lines (``Prefill batch``,
+uvicorn's ``"POST ... HTTP/1.1" 200``) that carry no fact: "noise". For each block the parser counts
+newlines and the noise tokens in C (``bytes.count``); when every line of the block is noise (and no requested
+marker can occur in it) the block is accounted for without a Python loop: the counts advance, and only
+the block's last ``Decode batch`` line and its latest periodic Engram line per (rank, layer) (found
+backwards with ``rfind``) are kept. A block that holds anything else is cut into 16 KiB sub-blocks that
+get the same test; a sub-block that still fails is split into lines and every line goes through the full
+line parser, so boot lines, errors and markers are never skipped. Only parsed lines are decoded (UTF-8,
+``errors='replace'``).
 
 Line hygiene: ANSI colour codes are removed; a trailing CR is dropped (CRLF logs); the prefixes docker
 (``2026-11-29T10:01:02.123456789Z``), SGLang (``[2026-11-29 10:01:02 TP0]``, ``[2026-11-29 10:01:02]``),
@@ -27,8 +29,9 @@ every fact is taken from it (line numbers stay absolute). A boot starts at
 
 1. a start line: ``Starting DSV41 rank R ...`` or the testbed simulator's ``dsv41 boot: rank=R tp=T``.
    Start lines of different ranks that follow each other before the boot ended (an interleaved log of
-   several ranks) belong to one boot; a second start line for a rank that already started, or any start
-   line after the boot ended, opens a new boot;
+   several ranks) belong to one boot, and so does a start line that follows nothing but start lines (the
+   simulator prints ``dsv41 boot:`` then ``Starting DSV41``); otherwise a second start line for a rank
+   that already started, or any start line after the boot ended, opens a new boot;
 2. the first ``DSV4 memory calculation`` line after the current boot ended (Ready line or a failure),
    unless it is tagged with a rank that has not printed its memory calculation in this boot yet
    (interleaved ranks again).
@@ -37,9 +40,10 @@ Lines before the first start line form a boot of their own only when they hold s
 
 A boot "ended" once it printed ``Ready: API on port`` or an error (see ``ERROR_KINDS``).
 
-Known limits (documented, deliberate): a line containing both noise tokens, or a noise token twice, can
-hide one other line of its block from the fast path; a noise block keeps the periodic Engram lines of
-the (rank, layer) keys it finds within its last 512 periodic lines.
+Known limits (documented, deliberate): a line containing two noise tokens (or one twice) can hide one
+other line of its block from the fast path; in noise blocks a (rank, layer) key that was never seen
+before is only discovered within the last periodic lines of a 1 MiB block (keys normally first appear at
+boot, where every line is parsed).
 """
 from __future__ import annotations
 
@@ -61,6 +65,9 @@ PERIODIC_TOKEN = b" lookups="
 # that carries the classifying token but not the fast one simply sends its block to the line parser.
 DECODE_FAST = b"Decode batch, #running-req"
 PERIODIC_FAST = b" hit_rate="
+# Frequent lines that carry no fact (one per request): counted like noise, never parsed.
+IGNORED_TOKENS = (b"Prefill batch", b'HTTP/1.1" ')
+SUB_BLOCK = 16 * 1024
 
 ERROR_KINDS = (
     "nv_err_no_memory",
@@ -319,20 +326,49 @@ class BootLogParser:
         self.boot = _Boot(index=1, start_line=1)
         self.fast_blocks = 0
         self.slow_blocks = 0
+        self._split_next = False
 
     # ------------------------------------------------------------------ blocks
     def feed_block(self, data: bytes, start: int, end: int) -> None:
-        """Account for ``data[start:end]``: whole lines, the last one ending with a newline."""
+        """Account for ``data[start:end]``: whole lines, the last one ending with a newline.
+
+        A block whose lines are all noise (decode, periodic Engram, ignored) is accounted for from counts.
+        A block that is not is cut into 16 KiB sub-blocks that get the same test, so one odd line costs the
+        line parser 16 KiB, not 1 MiB; only failing sub-blocks go through the line parser. After a block
+        that needed the line parser the next block is cut up straight away (sparse odd lines come in runs)."""
+        if not self._split_next and self._try_fast(data, start, end, discover=True):
+            return
+        slow = False
+        pos = start
+        while pos < end:
+            cut = data.rfind(b"\n", pos, min(pos + SUB_BLOCK, end)) + 1
+            if cut <= pos:  # one line longer than a sub-block
+                cut = data.find(b"\n", pos + SUB_BLOCK - 1, end) + 1
+            if not self._try_fast(data, pos, cut, discover=False):
+                slow = True
+                self.slow_blocks += 1
+                for raw in data[pos:cut - 1].split(b"\n"):
+                    self.feed_line(raw)
+            pos = cut
+        self._split_next = slow
+
+    def _try_fast(self, data: bytes, start: int, end: int, discover: bool) -> bool:
         nlines = data.count(b"\n", start, end)
         ndec = data.count(DECODE_FAST, start, end)
-        nper = data.count(PERIODIC_FAST, start, end) if ndec < nlines else 0
-        if ndec + nper == nlines and not self._markers_possible(data, start, end):
-            self._fast_block(data, start, end, nlines, ndec, nper)
-            self.fast_blocks += 1
-            return
-        self.slow_blocks += 1
-        for raw in data[start:end - 1].split(b"\n"):
-            self.feed_line(raw)
+        nper = 0
+        known = ndec
+        if known < nlines:
+            nper = data.count(PERIODIC_FAST, start, end)
+            known += nper
+            for token in IGNORED_TOKENS:
+                if known >= nlines:
+                    break
+                known += data.count(token, start, end)
+        if known != nlines or self._markers_possible(data, start, end):
+            return False
+        self._fast_block(data, start, end, nlines, ndec, nper, discover)
+        self.fast_blocks += 1
+        return True
 
     def _markers_possible(self, data: bytes, start: int, end: int) -> bool:
         if not self.markers:
@@ -350,7 +386,13 @@ class BootLogParser:
                 return True
         return False
 
-    def _fast_block(self, data: bytes, start: int, end: int, nlines: int, ndec: int, nper: int) -> None:
+    def _fast_block(self, data: bytes, start: int, end: int, nlines: int, ndec: int, nper: int,
+                    discover: bool = True) -> None:
+        """Advance counts; keep the block's last decode line and its latest periodic line per (rank, layer).
+
+        The periodic scan runs backwards until every (rank, layer) seen so far has its latest line; a full
+        block (``discover``) also looks a few lines further for keys not seen yet (bounded by
+        PERIODIC_SCAN_LIMIT), a sub-block does not."""
         boot = self.boot
         base = self.lineno
         if ndec:
@@ -382,7 +424,7 @@ class BootLogParser:
                     seen.add(key)
                     boot.periodic[key] = (base + nlines - after + 1, data[ls:le])
                 pos = ls
-                if known <= seen and inspected >= 2 * len(seen) + 8:
+                if known <= seen and ((known and not discover) or inspected >= 2 * len(seen) + 8):
                     break
         self.lineno = base + nlines
 
@@ -406,6 +448,11 @@ class BootLogParser:
                 boot.periodic_count += 1
                 boot.periodic[key] = (self.lineno, raw)
                 boot.evidence = True
+                if self.markers:
+                    self._match_markers(raw)
+                return
+        for token in IGNORED_TOKENS:
+            if token in raw:
                 if self.markers:
                     self._match_markers(raw)
                 return

@@ -215,3 +215,33 @@ def test_max_errors_caps_the_list_not_the_count():
     data = b"".join(b"[2026-11-29 10:00:0%d TP0] Engram retrieval failed: EIO\n" % (i % 10) for i in range(30))
     result = parse_bytes(data, max_errors=5)
     assert len(result["errors"]) == 5 and result["errors_total"] == 30
+
+
+def test_mid_serving_log_of_three_ranks_with_sparse_warnings(monkeypatch):
+    """No boot in the log (docker logs --since), three ranks' periodic lines interleaved, a warning every
+    ~300 lines and request lines (Prefill, HTTP access) that are ignored: the block fast path and sub-blocks
+    must give exactly what the line parser gives."""
+    rng = random.Random(11)
+    lines = []
+    for n in range(1, 30001):
+        r = n % 3
+        if n % 307 == 0:
+            lines.append(b"[2026-11-29 12:00:00 TP%d] WARNING: scheduler step took %d ms" % (r, rng.randint(90, 400)))
+        elif n % 41 == 0:
+            lines.append(b"[2026-11-29 12:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 911, #cached-token: 0, "
+                         b"full token usage: 0.00, #running-req: 1, #queue-req: 0")
+        elif n % 43 == 0:
+            lines.append(b'[2026-11-29 12:00:00] INFO:     10.213.0.254:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK')
+        elif n % 2:
+            lines.append(b"[2026-11-29 12:00:00 TP%d] Engram layer=%d lookups=%d hit_rate=1.0%% reads=%d cache=0.0GiB(4-way) "
+                         b"scales=0.8GiB threads=96 packed=True" % (r, 1 if n % 4 == 1 else 14, n, n))
+        else:
+            lines.append(b"[2026-11-29 12:00:00 TP0] Decode batch, #running-req: 2, #full token: %d, accept len: 3.10, "
+                         b"accept rate: 0.40, cuda graph: True, gen throughput (token/s): 40.00, #queue-req: 0" % n)
+    data = b"\n".join(lines) + b"\n"
+    fast = parse_bytes(data)
+    assert fast["boots"] == 1 and fast["boot_start_line"] == 1 and fast["status"] == "loaded"
+    assert [(p["rank"], p["layer"]) for p in fast["engram_periodic"]] == [(0, 1), (0, 14), (1, 1), (1, 14), (2, 1), (2, 14)]
+    assert fast["decode"]["count"] == sum(1 for line in lines if b"Decode batch" in line)
+    monkeypatch.setattr(BootLogParser, "feed_block", lambda self, d, s, e: _slow_block(self, d, s, e))
+    assert parse_bytes(data) == fast
