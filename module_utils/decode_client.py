@@ -445,12 +445,12 @@ def run_wave(ep: Endpoint, cfg: BenchConfig, monitor: Monitor, model: str, kind:
         }).encode()
         threads.append(threading.Thread(target=_released, args=(barrier, ep, body, cfg.request_timeout, result),
                                         daemon=True))
-    stop = threading.Event()
-    watcher = threading.Thread(target=monitor.watch, args=(stop, wave.load_seen), daemon=True)
-    if monitor.source:
-        watcher.start()
     for thread in threads:
         thread.start()
+    stop = threading.Event()
+    watcher = threading.Thread(target=monitor.watch, args=(stop, wave.load_seen), daemon=True)
+    if monitor.source:  # started after the requests, so that its first poll already sees the wave
+        watcher.start()
     deadline = time.monotonic() + cfg.request_timeout + 30.0
     for thread in threads:
         thread.join(max(0.0, deadline - time.monotonic()))
