@@ -151,7 +151,6 @@ class Engine:
         self.stop = threading.Event()
         self.counters = collections.Counter()
         self.timings: collections.deque = collections.deque(maxlen=TIMINGS_KEPT)
-        self._request_numbers = itertools.count(1)
         self._chat_numbers = itertools.count(1)
         self._window = {"steps": 0, "committed": 0, "request_steps": 0, "t0": time.monotonic()}
         self.described = self.model.describe()  # the config does not change while serving
@@ -166,19 +165,15 @@ class Engine:
             return False
         return self.ready_event is None or self.ready_event.is_set()
 
-    def next_request_number(self) -> int:
-        return next(self._request_numbers)
-
     def next_chat_number(self) -> int:
         """Counts chat completions only (the http_500_every fault's clock)."""
         return next(self._chat_numbers)
 
     def new_request(self, prompt: str, max_tokens: int, temperature: float, ignore_eos: bool,
                     thinking: bool) -> SimRequest:
-        number = self.next_request_number()
         prompt_type = classify_prompt(prompt)
         greedy = temperature <= 0 and not self.config.faults.get("nondeterministic")
-        salt = None if greedy else (uuid.uuid4().hex, number)
+        salt = None if greedy else uuid.uuid4().hex
         return SimRequest(
             rid="chatcmpl-" + uuid.uuid4().hex[:24], prompt=prompt, prompt_type=prompt_type,
             prompt_tokens=8 + max(1, len(prompt) // 4), max_tokens=max_tokens,
