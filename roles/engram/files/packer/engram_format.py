@@ -1,0 +1,1 @@
+../../../../module_utils/engram_format.py

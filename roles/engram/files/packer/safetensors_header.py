@@ -1,0 +1,1 @@
+../../../../module_utils/safetensors_header.py
