@@ -205,7 +205,8 @@ errors:
   description:
     - Errors of the last boot, in log order. C(kind) is one of C(nv_err_no_memory), C(engram_retrieval_failed),
       C(traceback) (with C(exception), the line that ends it, and C(exception_line)), C(shard_range_mismatch),
-      C(shard_truncated), C(container_exit) (with C(code)), C(nccl_timeout) (the NCCL watchdog saw a peer rank go).
+      C(shard_truncated), C(shard_invalid) (bad header or size), C(container_exit) (with C(code)),
+      C(nccl_timeout) (the NCCL watchdog saw a peer rank go).
   returned: always
   type: list
   elements: dict

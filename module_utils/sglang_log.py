@@ -77,6 +77,7 @@ ERROR_KINDS = (
     "shard_truncated",
     "container_exit",
     "nccl_timeout",
+    "shard_invalid",
 )
 
 _BINARY_MAGIC = (
@@ -193,14 +194,6 @@ class Marker:
 
 
 @dataclass
-class _Traceback:
-    line: int
-    rank: Optional[int]
-    text: str
-    frames: int = 0
-
-
-@dataclass
 class _Boot:
     index: int
     start_line: int
@@ -227,7 +220,7 @@ class _Boot:
     keep_armed: list = field(default_factory=list)
     errors: list = field(default_factory=list)
     errors_total: int = 0
-    pending: list = field(default_factory=list)     # open tracebacks
+    pending: list = field(default_factory=list)     # error entries of tracebacks still open
     server_fired_up: Optional[int] = None
     fresh: Optional[dict] = None
     ready: Optional[dict] = None
@@ -523,7 +516,7 @@ class BootLogParser:
             self._fresh(n, msg)
         if "Ready: API on port" in msg:
             self._ready(n, rank, msg, text)
-        self._errors(n, rank, msg, text, stripped)
+        self._errors(n, rank, msg, text)
         if self.markers:
             self._markers_on(msg, text)
 
@@ -698,15 +691,18 @@ class BootLogParser:
             boot.errors.append(entry)
         return entry
 
-    def _errors(self, n: int, rank: Optional[int], msg: str, text: str, stripped: str) -> None:
+    def _errors(self, n: int, rank: Optional[int], msg: str, text: str) -> None:
         if "NV_ERR_NO_MEMORY" in msg:
             self._error(n, "nv_err_no_memory", rank, text)
         if "Engram retrieval failed" in msg:
             self._error(n, "engram_retrieval_failed", rank, text)
         if "does not match this rank's range" in msg:
             self._error(n, "shard_range_mismatch", rank, text)
-        if "is truncated" in msg and ("ngram" in msg or ".bin" in msg or "shard" in msg):
+        truncated = "is truncated" in msg and ("ngram" in msg or ".bin" in msg or "shard" in msg)
+        if truncated:
             self._error(n, "shard_truncated", rank, text)
+        elif "re-run the pack step" in msg and "does not match this rank's range" not in msg:
+            self._error(n, "shard_invalid", rank, text)  # bad header, wrong size
         if "Watchdog caught collective operation timeout" in msg:
             self._error(n, "nccl_timeout", rank, text)
         if "xit" in msg or "died" in msg or "dead" in msg:
@@ -716,24 +712,21 @@ class BootLogParser:
                 self._error(n, "container_exit", rank, text, code=int(code) if code is not None else None)
         if "Traceback (most recent call last)" in msg:
             entry = self._error(n, "traceback", rank, text, exception=None, exception_line=None, frames=0)
-            self.boot.pending.append((_Traceback(line=n, rank=rank, text=text), entry))
+            self.boot.pending.append(entry)
 
     def _traceback_line(self, n: int, tag: Optional[int], msg: str, stripped: str) -> None:
         """Frames are indented; the first unindented line of the same rank (or untagged) ends it."""
         pending = self.boot.pending
         idx = None
         for i in range(len(pending) - 1, -1, -1):
-            if tag is None or pending[i][0].rank == tag or pending[i][0].rank is None:
+            if tag is None or pending[i]["rank"] in (tag, None):
                 idx = i
                 break
         if idx is None:
             return
-        tb, entry = pending[idx]
-        if tb.line == n:
-            return
+        entry = pending[idx]
         if msg[:1] in (" ", "\t") or stripped.startswith("File \""):
-            tb.frames += 1
-            entry["frames"] = tb.frames
+            entry["frames"] += 1
             return
         if stripped.startswith(("During handling of the above exception", "The above exception was")):
             return
