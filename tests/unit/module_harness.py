@@ -23,7 +23,10 @@ def module_args(args: dict, check_mode: bool = False, diff: bool = False):
     payload["_ansible_diff"] = diff
     payload.setdefault("_ansible_remote_tmp", "/tmp")
     payload.setdefault("_ansible_keep_remote_files", False)
-    with mock.patch.object(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": payload}))):
+    # ansible-core 2.19 sends a serialization profile beside the arguments; "legacy" is what it gives
+    # modules like ours.
+    with mock.patch.object(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": payload}))), \
+            mock.patch.object(basic, "_ANSIBLE_PROFILE", "legacy"):
         yield
 
 
