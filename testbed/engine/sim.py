@@ -243,6 +243,7 @@ def rendezvous_head(info: dict, tp: int, port: int, timeout: float) -> tuple[dic
     for r, (conn, _, _) in peers.items():
         if conn:
             _send(conn, {"ok": True, "decision": decision, "ranks": {str(k): v for k, v in infos.items()}})
+            conn.settimeout(None)   # from now on the link only carries liveness: block until it ends
     server.close()
     return decision, [(r, p[0], p[1]) for r, p in peers.items() if p[0]], infos
 
