@@ -1,0 +1,1 @@
+../../../module_utils/bench_stats.py

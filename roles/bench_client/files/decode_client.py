@@ -1,0 +1,1 @@
+../../../module_utils/decode_client.py

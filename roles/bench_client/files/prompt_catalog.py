@@ -1,0 +1,1 @@
+../../../module_utils/prompt_catalog.py
