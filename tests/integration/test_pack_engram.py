@@ -13,7 +13,7 @@ from tests.integration.conftest import state_dir
 pytestmark = pytest.mark.testbed
 HOSTS = {"spark1": (0, "/home/mia/dsv41-engram"), "spark2": (1, "/home/zurih/dsv41-3x-spark/engram"),
          "spark3": (2, "/home/zurih/dsv41-3x-spark/engram")}
-RELOCATE = {"engram_relocate_stale": True, "engram_relocate_remove_source": True}
+RELOCATE = {"engram_relocate_stale": True, "engram_relocate_remove_source": True, "engram_restart_engine": True}
 
 
 def reference_shard(checkpoint: Path, layer: int, rank: int, tp: int) -> bytes:
@@ -80,6 +80,13 @@ def test_relocates_packs_and_is_exact_and_idempotent(fresh_testbed, run_playbook
     record = run.record()
     packs = [r for r in record["results"] if r["module"] == "engram_pack" and r["status"] == "ok"]
     assert packs, "the run record keeps the pack results"
+    # The restarted engine loaded packed shards: six packed=True lines (two layers x three ranks).
+    packed = []
+    for log in sorted(Path(run.run_dir, "boot-logs").glob("*.log")):
+        packed += [line for line in log.read_text().splitlines() if "Exact nvme Engram" in line]
+    assert len(packed) == 6 and all(line.endswith("packed=True") for line in packed), packed
+    statuses = [r for r in run.results(module="engram_status") if r["_event"] == "runner_on_ok"]
+    assert {r["_host"] for r in statuses if r.get("all_packed")} >= set(HOSTS)
 
     again = run_playbook("pack_engram.yml", extravars=RELOCATE)
     assert again.rc == 0
