@@ -38,6 +38,10 @@ options:
     description: Remove each source after its archive copy verified. Nothing is deleted otherwise.
     type: bool
     default: false
+  margin_bytes:
+    description: Space that must remain free on the archive volume after the copies.
+    type: int
+    default: 16777216
 attributes:
   check_mode:
     support: full
@@ -96,13 +100,15 @@ def main() -> None:
             tp=dict(type="int"),
             archive_dir=dict(type="path", required=True),
             remove_source=dict(type="bool", default=False),
+            margin_bytes=dict(type="int", default=16 * 1024 * 1024),
         ),
         required_by={"engram_dir": "tp"},
         supports_check_mode=True,
     )
     p = module.params
     try:
-        result = plan(p["stale_paths"], p["archive_dir"], p["remove_source"], p["engram_dir"], p["tp"])
+        result = plan(p["stale_paths"], p["archive_dir"], p["remove_source"], p["engram_dir"], p["tp"],
+                      margin_bytes=p["margin_bytes"])
         before, after = diff_lines(result)
         changed = any(f.action != "none" for f in result.files)
         if changed and not module.check_mode:

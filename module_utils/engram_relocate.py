@@ -102,7 +102,8 @@ def find_stale(stale_paths: List[str], engram_dir: Optional[str], tp: Optional[i
 
 
 def plan(stale_paths: List[str], archive_dir: str, remove_source: bool, engram_dir: Optional[str] = None,
-         tp: Optional[int] = None, hash_fn: Callable[[str], str] = sha256_file) -> Plan:
+         tp: Optional[int] = None, hash_fn: Callable[[str], str] = sha256_file,
+         margin_bytes: int = ARCHIVE_MARGIN) -> Plan:
     host = socket.gethostname()
     if not os.path.isabs(archive_dir):
         raise RelocateError(f"{host}: archive dir {archive_dir!r} must be an absolute path")
@@ -136,10 +137,10 @@ def plan(stale_paths: List[str], archive_dir: str, remove_source: bool, engram_d
         if remove_source:
             result.freed_bytes += size
         result.files.append(item)
-    if result.copy_bytes + ARCHIVE_MARGIN > result.archive_available:
+    if result.copy_bytes and result.copy_bytes + margin_bytes > result.archive_available:
         raise RelocateError(
             f"{host}: the archive volume at {archive_dir} has {result.archive_available} bytes available; "
-            f"relocating needs {result.copy_bytes} bytes plus a {ARCHIVE_MARGIN}-byte margin",
+            f"relocating needs {result.copy_bytes} bytes plus a {margin_bytes}-byte margin",
             required_bytes=result.copy_bytes, available_bytes=result.archive_available)
     return result
 

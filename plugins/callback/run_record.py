@@ -107,7 +107,35 @@ class CallbackModule(CallbackBase):
         self.record["failures"].append({"host": result._host.get_name(), "task": result._task.get_name(),
                                         "msg": "unreachable: " + str(result._result.get("msg", ""))})
 
+    def _fleet_summary(self) -> dict:
+        """Per host, the last word of each module that describes the fleet's state."""
+        summary: dict = {}
+        for item in self.record["results"]:
+            if item["status"] != "ok":
+                continue
+            host, res, module = item["host"], item["result"], item["module"]
+            entry = summary.setdefault(host, {})
+            if module == "fleet_snapshot" and isinstance(res.get("snapshot"), dict):
+                snap = res["snapshot"]
+                serving = snap.get("serving") or {}
+                entry["serving"] = [{k: c.get(k) for k in ("name", "image", "image_id", "state", "env")}
+                                    for c in serving.get("containers", [])]
+                entry["image_id"] = serving.get("image_id")
+                entry["memory"] = snap.get("memory")
+                entry["gpu"] = snap.get("gpu")
+            elif module == "engram_status" and "layers" in res:
+                entry["packed"] = {str(l.get("layer")): {"state": l.get("state"), "packed": l.get("packed")}
+                                   for l in res["layers"]}
+                entry["all_packed"] = res.get("all_packed")
+            elif module == "boot_log_facts" and res.get("kv"):
+                entry["kv"] = res["kv"]
+                entry["autotune"] = res.get("autotune")
+            elif module == "engine_container" and res.get("container"):
+                entry["container"] = res["container"]
+        return summary
+
     def v2_playbook_on_stats(self, stats):
+        self.record["fleet"] = self._fleet_summary()
         hosts = sorted(stats.processed.keys())
         self.record["stats"] = {h: stats.summarize(h) for h in hosts}
         bad = any(s["failures"] or s["unreachable"] for s in self.record["stats"].values())
