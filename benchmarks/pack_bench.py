@@ -4,16 +4,18 @@
 For a synthetic checkpoint whose layer-1 shard packs to at least 2 GiB (tp 1, rank 0), each repetition
 runs, on the same filesystem and with the source evicted from the page cache before each step:
 
-1. the reference: a same-size sequential copy of the source shard (8 MiB read/write, one fsync at the end);
+1. the reference: a same-size sequential copy of the source shard (8 MiB read/write, one fsync at the end),
+   timed as a subprocess like the packer;
 2. the packer, as its command line in a subprocess (``engram_packer.py --json``, verify=sample), with a
    sampler in this process that reads, every 20 ms, ``Cached + Buffers`` from /proc/meminfo (system wide,
    noisy when other work runs) and, precisely, how many pages of the source shard and of the packed file are
    resident in the page cache (``mincore(2)`` on a PROT_READ mapping, which faults nothing in), and the
    packer's VmRSS; the packer's peak RSS comes from ``wait4``'s ``ru_maxrss``.
 
-It prints one line per repetition, a summary and a JSON document (``--json-out`` writes it to a file).
-Pass/fail thresholds (exit 1 when missed): throughput ratio >= 0.90 (median), peak RSS <= 128 MiB,
-file-resident page cache <= 2 chunks.
+Each repetition runs copy, pack, pack, copy (ABBA, so drift in the disk's speed hits both alike); its
+ratio is copy time / pack time for the same bytes. It prints one line per repetition, a summary and a
+JSON document (``--json-out`` writes it to a file). Exit 1 when a threshold is missed: median throughput
+ratio >= 0.90, peak RSS <= 128 MiB, page cache held by the packer's files <= 2 chunks.
 
     .venv/bin/python benchmarks/pack_bench.py [--workdir /tmp/sparkfleet-pack-bench] [--rows 8200000]
         [--repeat 3] [--chunk-rows 16384] [--keep]
@@ -141,12 +143,19 @@ def run_copy(src: str, out: str, nbytes: int) -> dict:
             "os.fsync(fo);os.close(fo);os.close(fi)\n"
             "print(time.perf_counter()-t)\n")
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code, src, out, str(nbytes)], capture_output=True, text=True,
-                          check=True)
+    proc = subprocess.Popen([sys.executable, "-c", code, src, out, str(nbytes)], stdout=subprocess.PIPE)
+    sampler = Sampler([src, out], proc.pid)  # the control: what a plain copy leaves in the page cache
+    sampler.start()
+    stdout, _ = proc.communicate()
     wall = time.perf_counter() - started
+    sampler.stop.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise SystemExit("copy failed")
     evict(out)
     os.unlink(out)
-    return {"seconds": wall, "inner_seconds": float(proc.stdout.strip()), "mb_per_s": nbytes / wall / 1e6}
+    return {"seconds": wall, "inner_seconds": float(stdout.decode().strip()), "mb_per_s": nbytes / wall / 1e6,
+            "file_cache_bytes": sampler.max_resident, "meminfo_cached_delta_bytes": sampler.max_cached_delta}
 
 
 def run_pack(ckpt: str, dest: str, src: str, chunk_rows: int, extra) -> dict:
@@ -206,45 +215,61 @@ def main() -> int:
     print("shard: %d rows, %.2f GiB packed; chunk %d rows = %.1f MiB; filesystem of %s"
           % (args.rows, nbytes / (1 << 30), args.chunk_rows, chunk_bytes / MIB, args.workdir))
 
-    copies, packs = [], []
+    # ABBA order (copy, pack, pack, copy) within each repetition: drift in the disk's speed (other work on
+    # the machine, the device's own caches) hits both sides alike. The ratio of a repetition is the copy's
+    # total time over the packer's total time for the same number of bytes.
+    copies, packs, ratios = [], [], []
     for rep in range(args.repeat):
-        copy = run_copy(src, os.path.join(dest, "copy.bin"), nbytes)
-        pack = run_pack(ckpt, dest, src, args.chunk_rows, args.packer_args.split())
-        copies.append(copy)
-        packs.append(pack)
-        print("rep %d: copy %.0f MB/s (%.2f s), pack %.0f MB/s (%.2f s), ratio %.2f, peak RSS %.1f MiB, "
-              "file cache max %.1f MiB, Cached+Buffers delta max %.1f MiB"
-              % (rep + 1, copy["mb_per_s"], copy["seconds"], pack["mb_per_s"], pack["seconds"],
-                 pack["mb_per_s"] / copy["mb_per_s"], pack["peak_rss_bytes"] / MIB, pack["file_cache_bytes"] / MIB,
-                 pack["meminfo_cached_delta_bytes"] / MIB), flush=True)
+        pair_copies, pair_packs = [], []
+        for step in ("copy", "pack", "pack", "copy"):
+            if step == "copy":
+                pair_copies.append(run_copy(src, os.path.join(dest, "copy.bin"), nbytes))
+            else:
+                pair_packs.append(run_pack(ckpt, dest, src, args.chunk_rows, args.packer_args.split()))
+        ratio = sum(c["seconds"] for c in pair_copies) / sum(p["seconds"] for p in pair_packs)
+        ratios.append(ratio)
+        copies += pair_copies
+        packs += pair_packs
+        print("rep %d: copy %s MB/s, pack %s MB/s, ratio %.3f, peak RSS %.1f MiB, file cache max %.1f MiB, "
+              "Cached+Buffers delta max %.1f MiB"
+              % (rep + 1, "/".join("%.0f" % c["mb_per_s"] for c in pair_copies),
+                 "/".join("%.0f" % p["mb_per_s"] for p in pair_packs), ratio,
+                 max(p["peak_rss_bytes"] for p in pair_packs) / MIB,
+                 max(p["file_cache_bytes"] for p in pair_packs) / MIB,
+                 max(p["meminfo_cached_delta_bytes"] for p in pair_packs) / MIB), flush=True)
 
-    ratios = [p["mb_per_s"] / c["mb_per_s"] for p, c in zip(packs, copies)]
     summary = {
         "rows": args.rows, "bytes": nbytes, "chunk_rows": args.chunk_rows, "chunk_bytes": chunk_bytes,
-        "repeat": args.repeat, "packer_args": args.packer_args,
+        "repeat": args.repeat, "packer_args": args.packer_args, "workdir": args.workdir,
         "copy_mb_per_s_median": round(statistics.median(c["mb_per_s"] for c in copies), 1),
         "pack_mb_per_s_median": round(statistics.median(p["mb_per_s"] for p in packs), 1),
         "ratio_median": round(statistics.median(ratios), 3), "ratio_min": round(min(ratios), 3),
-        "ratio_of_medians": round(statistics.median(p["mb_per_s"] for p in packs)
-                                  / statistics.median(c["mb_per_s"] for c in copies), 3),
+        "ratio_max": round(max(ratios), 3),
+        "ratio_total": round(sum(c["seconds"] for c in copies) / sum(p["seconds"] for p in packs), 3),
         "peak_rss_mib_max": round(max(p["peak_rss_bytes"] for p in packs) / MIB, 1),
         "file_cache_mib_max": round(max(p["file_cache_bytes"] for p in packs) / MIB, 1),
         "file_cache_chunks_max": round(max(p["file_cache_bytes"] for p in packs) / chunk_bytes, 2),
         "meminfo_cached_delta_mib_max": round(max(p["meminfo_cached_delta_bytes"] for p in packs) / MIB, 1),
         "meminfo_cached_delta_mib_median": round(statistics.median(p["meminfo_cached_delta_bytes"]
                                                                    for p in packs) / MIB, 1),
-        "runs": [{"copy": c, "pack": p} for c, p in zip(copies, packs)],
+        "copy_file_cache_mib_max": round(max(c["file_cache_bytes"] for c in copies) / MIB, 1),
+        "copy_meminfo_cached_delta_mib_median": round(statistics.median(c["meminfo_cached_delta_bytes"]
+                                                                        for c in copies) / MIB, 1),
+        "runs": {"copy": copies, "pack": packs, "ratios": ratios},
     }
     checks = {"throughput_ratio>=0.90": summary["ratio_median"] >= 0.90,
               "peak_rss<=128MiB": summary["peak_rss_mib_max"] <= 128,
               "file_cache<=2chunks": summary["file_cache_chunks_max"] <= 2.0}
     summary["checks"] = checks
-    print("summary: copy %.0f MB/s, pack %.0f MB/s, ratio %.3f (median of per-run ratios; min %.3f); peak RSS "
-          "%.1f MiB; page cache: packer files max %.1f MiB (%.2f chunks), Cached+Buffers delta max %.1f MiB "
-          "(median %.1f)" % (summary["copy_mb_per_s_median"], summary["pack_mb_per_s_median"],
-                             summary["ratio_median"], summary["ratio_min"], summary["peak_rss_mib_max"],
-                             summary["file_cache_mib_max"], summary["file_cache_chunks_max"],
-                             summary["meminfo_cached_delta_mib_max"], summary["meminfo_cached_delta_mib_median"]))
+    print("summary: copy %.0f MB/s, pack %.0f MB/s (medians); throughput ratio pack/copy %.3f (median of %d ABBA "
+          "repetitions, range %.3f-%.3f; all runs %.3f); peak RSS %.1f MiB; page cache: packer files max %.1f MiB "
+          "(%.2f chunks), Cached+Buffers delta max %.1f MiB (median %.1f)"
+          % (summary["copy_mb_per_s_median"], summary["pack_mb_per_s_median"], summary["ratio_median"],
+             args.repeat, summary["ratio_min"], summary["ratio_max"], summary["ratio_total"],
+             summary["peak_rss_mib_max"], summary["file_cache_mib_max"], summary["file_cache_chunks_max"],
+             summary["meminfo_cached_delta_mib_max"], summary["meminfo_cached_delta_mib_median"]))
+    print("control: the copy's files held up to %.1f MiB of page cache (Cached+Buffers delta median %.1f MiB)"
+          % (summary["copy_file_cache_mib_max"], summary["copy_meminfo_cached_delta_mib_median"]))
     print("checks: " + ", ".join("%s %s" % (k, "PASS" if v else "FAIL") for k, v in checks.items()))
     doc = json.dumps(summary, indent=2)
     if args.json_out:

@@ -238,10 +238,48 @@ required_bytes:
   type: int
   sample: 67645000000
 available_bytes:
-  description: Free bytes of O(dest) for an unprivileged writer (statvfs f_bavail * f_frsize, on this host).
+  description:
+    - Free bytes of O(dest) for an unprivileged writer (statvfs f_bavail * f_frsize, on this host), measured
+      before writing; the free-space rule compares it with RV(required_bytes) + O(margin_bytes).
   returned: always
   type: int
   sample: 81604378624
+available_bytes_after:
+  description: Free bytes of O(dest) after the run (as RV(available_bytes)), when something was written.
+  returned: when the pack wrote (or tried to write)
+  type: int
+  sample: 60475891712
+dest:
+  description: The destination on this host.
+  returned: always
+  type: str
+  sample: /home/zurih/dsv41-3x-spark/engram
+checkpoint:
+  description: The checkpoint directory, or C(volume:path) in container mode.
+  returned: always
+  type: str
+  sample: dsv41-weights:/models/DeepSeek-V4.1-Flash
+rank:
+  description: The rank packed.
+  returned: when the inputs could be read
+  type: int
+  sample: 1
+tp:
+  description: The tensor parallel size packed for.
+  returned: when the inputs could be read
+  type: int
+  sample: 3
+layers:
+  description: The layers packed.
+  returned: when the inputs could be read
+  type: list
+  elements: int
+  sample: [1, 14]
+check_mode:
+  description: Whether this was a check-mode run (nothing written).
+  returned: when the inputs could be read
+  type: bool
+  sample: false
 margin_bytes:
   description: The margin applied.
   returned: always
@@ -350,6 +388,7 @@ def run_in_container(module: AnsibleModule, host: str) -> dict:
         raise PackError("docker is not installed on %s, but checkpoint_volume=%s needs it to reach the checkpoint."
                         % (host, params["checkpoint_volume"]))
     argv = container_argv(docker, params, module.check_mode, host)
+    before = available_bytes(params["dest"])  # /engram is this directory: the same filesystem, seen from here
     rc, out, err = module.run_command(argv)
     lines = [line for line in (out or "").splitlines() if line.strip()]
     try:
@@ -361,14 +400,14 @@ def run_in_container(module: AnsibleModule, host: str) -> dict:
         raise PackError("The packer container on %s ended with rc=%d and no result: %s. Check the image %s, the "
                         "volume %s and docker logs." % (host, rc, tail or "no output", params["container_image"],
                                                         params["checkpoint_volume"]),
-                        {"container": {"name": argv[argv.index("--name") + 1], "argv": argv, "rc": rc}})
+                        {"container": {"name": argv[argv.index("--name") + 1], "argv": argv, "rc": rc},
+                         "available_bytes": before})
     result = to_host_paths(result, params["dest"])
     result["checkpoint"] = "%s:%s" % (params["checkpoint_volume"], params["container_checkpoint_path"])
     result["container"] = {"name": argv[argv.index("--name") + 1], "argv": argv, "rc": rc}
-    try:
-        result["available_bytes"] = available_bytes(params["dest"])
-    except OSError:
-        pass
+    result["available_bytes"] = before
+    if "available_bytes_after" in result:
+        result["available_bytes_after"] = available_bytes(params["dest"])
     if rc != 0 or result.get("failed"):
         raise PackError(result.get("msg") or "The packer container on %s failed with rc=%d." % (host, rc), result)
     return result

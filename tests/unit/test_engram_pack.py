@@ -686,3 +686,15 @@ def test_memory_does_not_grow_with_the_shard(tmp_path):
         assert os.waitstatus_to_exitcode(status) == 0
         peaks[rows] = usage.ru_maxrss * 1024
     assert peaks[400_000] - peaks[20_000] < 8 << 20, peaks
+
+
+def test_a_layer_smaller_than_tp_gives_empty_ranks(tmp_path):
+    ck = str(tmp_path / "ck")
+    tbc.make_checkpoint(ck, rows={1: 2, 14: 5}, shards=2)
+    for rank in range(3):
+        dest = tmp_path / ("r%d" % rank)
+        dest.mkdir()
+        result = pack(opts(ck, dest, rank, 3))
+        for shard in result["shards"]:
+            assert open(shard["path"], "rb").read() == reference_shard(ck, shard["layer"], rank, 3)
+    assert os.path.getsize(str(tmp_path / "r0" / "engram-l1-r0of3.bin")) == 4096  # rows [0, 0)
