@@ -1,0 +1,67 @@
+"""The experiment catalog: every file valid against the schema; the schema catches real mistakes."""
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible.module_utils.experiments import marker_matches, missing_prerequisites, validate
+
+CATALOG = Path(__file__).resolve().parents[2] / "experiments"
+REQUIRED = {"pack_engram", "quiesce", "autotune_keep", "folded_fence", "wo_a_w8", "wo_a_w8_mid",
+            "engram_prefetch_check", "engram_prefetch", "wo_a_drop", "draft_head_fp8", "dspark_block_5",
+            "verify_cap_conf01", "draft_tau", "block_verify", "cache_gib", "clocks_unlocked", "slots_8"}
+
+
+def load_all():
+    return {p.stem: yaml.safe_load(p.read_text()) for p in sorted(CATALOG.glob("*.yml"))}
+
+
+def test_the_plan_is_complete():
+    assert REQUIRED <= set(load_all())
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in CATALOG.glob("*.yml")))
+def test_every_experiment_is_valid(name):
+    docs = load_all()
+    assert validate(docs[name], name) == []
+    assert missing_prerequisites(docs[name], kept=list(docs), catalog=docs) == []
+
+
+def test_drop_needs_w8_and_tau_needs_folded_sampling():
+    docs = load_all()
+    assert "wo_a_w8" in docs["wo_a_drop"]["prerequisites"]
+    assert docs["wo_a_drop"]["memory"]["delta_mib_per_rank"] == -688
+    assert missing_prerequisites(docs["draft_tau"], kept=[], catalog=docs) == ["folded_sampling"]
+
+
+def good():
+    return yaml.safe_load((CATALOG / "folded_fence.yml").read_text())
+
+
+@pytest.mark.parametrize("mutate,expected", [
+    (lambda d: d.pop("markers_on"), "missing field 'markers_on'"),
+    (lambda d: d.update(stage="Z"), "stage 'Z'"),
+    (lambda d: d.update(apply={}), "apply changes nothing"),
+    (lambda d: d["apply"].update(env={"lower-case": "1"}), "is not an environment variable name"),
+    (lambda d: d["apply"].update(env={"DSV41_X": 1}), "must be a string"),
+    (lambda d: d.update(markers_on=["re:(unclosed"]), "bad regex"),
+    (lambda d: d.update(colour="red"), "unknown field 'colour'"),
+    (lambda d: d["workloads"].update(primary={"type": "poetry", "concurrency": 1}), "workloads.primary"),
+    (lambda d: d["memory"].update(delta_mib_per_rank="a lot"), "delta_mib_per_rank"),
+    (lambda d: d["apply"].update(playbook="site.yml"), "needs a revert"),
+])
+def test_schema_rejects(mutate, expected):
+    doc = good()
+    mutate(doc)
+    problems = validate(doc, "folded_fence")
+    assert any(expected in p for p in problems), problems
+
+
+def test_name_must_match_file():
+    assert any("differs from the file name" in p for p in validate(good(), "other"))
+
+
+def test_markers():
+    assert marker_matches("re:gamma=\\d+", "... gamma=5, verify")
+    assert marker_matches("[block_verify] armed", "[x TP1] [block_verify] armed")
+    assert not marker_matches("[block_verify] armed", "block verify armed")
