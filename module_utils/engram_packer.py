@@ -49,7 +49,7 @@ try:
         EngramFormatError, HEADER_SIZE, ROW_BYTES, SCALE_BYTES, SCALE_DTYPE, SCALE_TENSOR, STATE_ABSENT,
         STATE_INVALID, STATE_PARTIAL, STATE_VALID, WEIGHT_BYTES, WEIGHT_DTYPE, WEIGHT_TENSOR, check_rank,
         decode_header, encode_header, header_problems, inspect_shard, packed_size, partial_name, progress_name,
-        row_range, shard_name)
+        row_range)
 except ImportError:  # stand-alone: the three files side by side (the role copies them; the container runs them)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under python3 -I / PYTHONSAFEPATH
     from safetensors_header import SafetensorsError, read_header, read_index  # type: ignore
@@ -57,7 +57,7 @@ except ImportError:  # stand-alone: the three files side by side (the role copie
         EngramFormatError, HEADER_SIZE, ROW_BYTES, SCALE_BYTES, SCALE_DTYPE, SCALE_TENSOR, STATE_ABSENT,
         STATE_INVALID, STATE_PARTIAL, STATE_VALID, WEIGHT_BYTES, WEIGHT_DTYPE, WEIGHT_TENSOR, check_rank,
         decode_header, encode_header, header_problems, inspect_shard, packed_size, partial_name, progress_name,
-        row_range, shard_name)
+        row_range)
 
 GIB = 1 << 30
 DEFAULT_LAYERS = (1, 14)

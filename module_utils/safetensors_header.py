@@ -134,7 +134,8 @@ def parse_header(raw: bytes, file_size: int, path: str = "<buffer>") -> Safetens
         raise SafetensorsError("%s: header lists %d entries (limit %d)" % (path, len(doc), MAX_TENSORS))
 
     metadata = doc.pop("__metadata__", {})
-    if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+    if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                 for k, v in metadata.items()):
         raise SafetensorsError("%s: __metadata__ must map strings to strings" % path)
 
     data_start = 8 + header_len
@@ -219,7 +220,8 @@ def _pread_exact(fd: int, size: int, offset: int, path: str) -> bytes:
         try:
             block = os.pread(fd, size - got, offset + got)
         except OSError as exc:
-            raise SafetensorsError("%s: read error at offset %d: %s" % (path, offset + got, exc.strerror or exc)) from None
+            raise SafetensorsError("%s: read error at offset %d: %s"
+                                   % (path, offset + got, exc.strerror or exc)) from None
         if not block:
             raise SafetensorsError("%s: unexpected end of file at offset %d (truncated?)" % (path, offset + got))
         chunks.append(block)

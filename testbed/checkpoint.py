@@ -167,7 +167,8 @@ def corrupt_header(path: str, how: str = "json") -> None:
     """Damage a shard's header for tests.
 
     ``json``: garbage in place of the JSON; ``utf8``: bytes that are not UTF-8; ``length``: an absurd
-    header length; ``truncate``: cut the file inside the header; ``offsets``: the first Engram weight's data_offsets point past the file.
+    header length; ``truncate``: cut the file inside the header; ``offsets``: the first Engram weight's
+    data_offsets point past the file.
     """
     length, raw = _read_raw_header(path)
     if how == "json":

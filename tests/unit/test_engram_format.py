@@ -174,15 +174,16 @@ def test_inspect_shard_not_a_regular_file(tmp_path):
     assert ef.inspect_shard(str(tmp_path), 1, 0, 2).reason == "not a regular file"
 
 
-LOG = """\
-[2026-05-01 10:00:00] Booting rank 1
-Exact nvme Engram layer=1 rank=1 rows=[40001,80002) cache=0.0GiB (0 slots, 4-way, 0% of owned rows) scales=0.1GiB io_threads=96 packed=False
-Exact nvme Engram layer=14 rank=1 rows=[32000,64000) cache=0.0GiB (0 slots, 4-way, 0% of owned rows) scales=0.1GiB io_threads=96 packed=False
-Engram layer=14 lookups=100 hit_rate=0.0% reads=200 cache=0.0GiB(4-way) scales=0.1GiB threads=96 packed=True
-[2026-05-01 11:00:00] Booting rank 1
-Exact nvme Engram layer=1 rank=1 rows=[40001,80002) cache=0.0GiB (0 slots, 4-way, 0% of owned rows) scales=0.1GiB io_threads=96 packed=True
-INFO Exact nvme Engram layer=14 rank=1 rows=[32000, 64000) cache=0.0GiB (0 slots, 4-way, 0% of owned rows) scales=0.1GiB io_threads=96 packed=True
-"""
+_DETAIL = "cache=0.0GiB (0 slots, 4-way, 0% of owned rows) scales=0.1GiB io_threads=96"
+LOG = "\n".join([
+    "[2026-05-01 10:00:00] Booting rank 1",
+    "Exact nvme Engram layer=1 rank=1 rows=[40001,80002) %s packed=False" % _DETAIL,
+    "Exact nvme Engram layer=14 rank=1 rows=[32000,64000) %s packed=False" % _DETAIL,
+    "Engram layer=14 lookups=100 hit_rate=0.0% reads=200 cache=0.0GiB(4-way) scales=0.1GiB threads=96 packed=True",
+    "[2026-05-01 11:00:00] Booting rank 1",
+    "Exact nvme Engram layer=1 rank=1 rows=[40001,80002) %s packed=True" % _DETAIL,
+    "INFO Exact nvme Engram layer=14 rank=1 rows=[32000, 64000) %s packed=True" % _DETAIL,
+]) + "\n"
 
 
 def test_boot_log_last_boot_counts():

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from ansible.module_utils import engram_packer as ep
-from ansible.module_utils.engram_packer import PackError, PackOptions, pack
+from ansible.module_utils.engram_packer import PackOptions, pack
 from tests.conftest import ROOT, load_module
 from tests.unit.module_harness import run_module
 
@@ -284,7 +284,8 @@ def test_partial_of_another_range_restarts(ckpt, tmp_path):
 def test_no_resume_restarts_and_complete_partial_is_finished(ckpt, tmp_path):
     _make_partial(ckpt, tmp_path, 1, 2, 3, 20000)
     result = pack(opts(ckpt, tmp_path, 2, 3, layers=[1], resume=False))
-    assert result["shards"][0]["resume_rows"] == 0 and result["shards"][0]["written_bytes"] == result["shards"][0]["bytes"]
+    shard = result["shards"][0]
+    assert shard["resume_rows"] == 0 and shard["written_bytes"] == shard["bytes"]
     os.rename(result["shards"][0]["path"], result["shards"][0]["partial_path"])  # killed just before the rename
     result = pack(opts(ckpt, tmp_path, 2, 3, layers=[1]))
     shard = result["shards"][0]

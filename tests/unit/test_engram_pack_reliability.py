@@ -14,7 +14,6 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT
 from tests.unit.test_engram_pack import _standalone, reference_shard, sha, tbc
 
 TRIALS = 24
