@@ -699,3 +699,22 @@ def test_a_layer_smaller_than_tp_gives_empty_ranks(tmp_path):
         for shard in result["shards"]:
             assert open(shard["path"], "rb").read() == reference_shard(ck, shard["layer"], rank, 3)
     assert os.path.getsize(str(tmp_path / "r0" / "engram-l1-r0of3.bin")) == 4096  # rows [0, 0)
+
+
+def test_synthetic_checkpoint_is_deterministic_and_has_a_cli(tmp_path):
+    a = tbc.make_checkpoint(str(tmp_path / "a"), rows={1: 1001, 14: 503}, shards=48, seed=5)
+    tbc.make_checkpoint(str(tmp_path / "b"), rows={1: 1001, 14: 503}, shards=48, seed=5)
+    tbc.make_checkpoint(str(tmp_path / "c"), rows={1: 1001, 14: 503}, shards=48, seed=6)
+    assert listing(str(tmp_path / "a")) == listing(str(tmp_path / "b"))
+    assert listing(str(tmp_path / "a")) != listing(str(tmp_path / "c"))
+    assert len(os.listdir(str(tmp_path / "a"))) == 49 and a["files"][1] != a["files"][14]
+    index = json.load(open(a["index"]))
+    assert index["metadata"]["total_size"] == a["total_size"] == sum(t["nbytes"] for t in a["tensors"].values())
+    weight = _tensor(str(tmp_path / "a"), "layers.1.engram.embed.weight")
+    scale = _tensor(str(tmp_path / "a"), "layers.14.engram.embed.scale")
+    assert weight.shape == (1001, 256) and not np.isin(weight, [0x7F, 0xFF]).any()  # no F8_E4M3 NaN codes
+    assert scale.shape == (503, 8) and scale.min() >= 107 and scale.max() <= 131  # plausible E8M0 exponents
+    proc = subprocess.run([sys.executable, str(ROOT / "testbed" / "checkpoint.py"), "--out", str(tmp_path / "d"),
+                           "--rows", "1=1001,14=503", "--seed", "5"], capture_output=True, text=True, check=True)
+    assert json.loads(proc.stdout)["rows"] == {"1": 1001, "14": 503}
+    assert listing(str(tmp_path / "d")) == listing(str(tmp_path / "a"))
