@@ -1,0 +1,420 @@
+#!/usr/bin/env python3
+"""Benchmark of the wo_a fp8-twin kernels against the bf16 einsum (issue 9). Needs a CUDA GPU.
+
+    python benchmarks/wo_a_bench.py --out results.json --md table.md           # dispatcher configs
+    python benchmarks/wo_a_bench.py --sweep --out sweep.json --md sweep.md      # + candidate configs
+
+For every G and M: time per layer from CUDA-graph replay over --sets distinct weight sets (so L2,
+60 MB on an H200, cannot hold them), achieved bandwidth on the fp8 bytes, the einsum's time at the
+same shape, the fraction of the device-to-device copy bandwidth measured in the same run, bitwise
+determinism over repeated eager and graph runs, and the error against a float64 reference at full
+shape. Inputs are fresh random values (never zeros); outputs are poisoned with NaN before checks.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from kernels import wo_a_w8 as K  # noqa: E402
+
+R, D = 1024, 4096
+DEFAULT_MS = (1, 2, 4, 6, 8, 12, 16, 32, 64, 128, 192)
+GB10_BANDWIDTH = 273e9
+GB10_SMS = 48
+GB10_CLOCK_GHZ = 2.2  # the fleet's clock cap (nvidia-smi -lgc 0,2200)
+LAYERS = 43
+
+
+# ------------------------------------------------------------------------------------------ inputs
+
+
+def random_twin(groups: int, gen: torch.Generator) -> K.Twin:
+    """A twin with random e4m3 values (every finite code may occur) and realistic block scales."""
+    dev = "cuda"
+    codes = torch.randint(0, 256, (groups, R, D), generator=gen, device=dev, dtype=torch.int32).to(torch.uint8)
+    codes = torch.where((codes & 0x7F) == 0x7F, codes ^ 0x01, codes)  # drop the two NaN codes
+    values = codes.view(torch.float8_e4m3fn)
+    exps = torch.randint(112, 122, (groups, R // 32, D // 32), generator=gen, device=dev,
+                         dtype=torch.int32).to(torch.uint8)
+    return K.Twin(values.contiguous(), exps.contiguous())
+
+
+def random_x(m: int, groups: int, gen: torch.Generator, odd: bool = False) -> torch.Tensor:
+    if not odd:
+        return torch.randn((m, groups, D), generator=gen, device="cuda", dtype=torch.float32).to(torch.bfloat16)
+    big = torch.randn((m, groups + 1, D + 40), generator=gen, device="cuda", dtype=torch.float32).to(torch.bfloat16)
+    return big[:, 1:, 24:24 + D]  # token stride (G+1)*(D+40), group stride D+40: neither a multiple of 16
+
+
+# ------------------------------------------------------------------------------------------ timing
+
+
+def graph_time_us(step_fns, replays: int, repeats: int) -> float:
+    """Median time per call (us) of the calls in step_fns captured into one CUDA graph."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for fn in step_fns:  # warm-up outside the capture (compiles, allocator)
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for fn in step_fns:
+            fn()
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        stop.record()
+        stop.synchronize()
+        samples.append(start.elapsed_time(stop) * 1e3 / (replays * len(step_fns)))
+    del graph
+    return statistics.median(samples)
+
+
+def copy_bandwidth(nbytes: int = 1 << 30, iters: int = 20) -> float:
+    """Device-to-device copy bandwidth in B/s, counting bytes read plus bytes written."""
+    src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(5):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            dst.copy_(src)
+        stop.record()
+        stop.synchronize()
+        samples.append(2 * nbytes * iters / (start.elapsed_time(stop) * 1e-3))
+    del src, dst
+    torch.cuda.empty_cache()
+    return statistics.median(samples)
+
+
+@triton.jit
+def _read_kernel(src_ptr, out_ptr, n_per_prog, BLOCK: tl.constexpr):
+    """Streams n_per_prog int32 words per program and stores one XOR: a pure-read reference."""
+    base = tl.program_id(0).to(tl.int64) * n_per_prog
+    acc = tl.zeros([BLOCK], dtype=tl.int32)
+    for off in range(0, n_per_prog, BLOCK):
+        acc ^= tl.load(src_ptr + base + off + tl.arange(0, BLOCK))
+    tl.store(out_ptr + tl.program_id(0), tl.xor_sum(acc, axis=0))
+
+
+def read_ceiling(nbytes: int, sets: int, replays: int, repeats: int) -> dict:
+    """Best time to read nbytes once (same graph method as the kernels): the achievable floor."""
+    words = nbytes // 4
+    bufs = [torch.randint(-2**31, 2**31 - 1, (words,), dtype=torch.int32, device="cuda") for _ in range(sets)]
+    best = None
+    for block, progs_per_sm, warps, stages in itertools.product((1024, 2048, 4096), (2, 4, 8), (4, 8), (1, 3)):
+        progs = 132 * progs_per_sm
+        n_per = -(-words // progs)
+        n_per = -(-n_per // block) * block
+        progs = -(-words // n_per)
+        if progs * n_per != words:
+            continue
+        out = torch.empty(progs, dtype=torch.int32, device="cuda")
+        fns = [lambda b=b: _read_kernel[(progs,)](b, out, n_per, BLOCK=block, num_warps=warps, num_stages=stages)
+               for b in bufs]
+        t = graph_time_us(fns, replays, repeats)
+        if best is None or t < best["us"]:
+            best = {"us": t, "block": block, "programs": progs, "warps": warps, "stages": stages}
+    del bufs
+    best["GBps"] = nbytes / (best["us"] * 1e-6) / 1e9
+    return best
+
+
+# ------------------------------------------------------------------------------------------ checks
+
+
+def full_shape_check(groups: int, m: int, twin: K.Twin, w_bf16: torch.Tensor, gen, cfg=None) -> dict:
+    """Error against float64 and the bf16 einsum, every output written, bitwise determinism."""
+    x = random_x(m, groups, gen, odd=True)
+    ref = torch.einsum("tgd,grd->tgr", x.double(), w_bf16.double())
+    out = torch.full((m, groups, R), float("nan"), dtype=torch.bfloat16, device="cuda")
+    K.wo_a(x, twin, out=out, config=cfg)
+    written = bool(torch.isfinite(out).all())
+    rel = ((out.double() - ref).norm() / ref.norm()).item()
+    ein = torch.einsum("tgd,grd->tgr", x, w_bf16)
+    rel_einsum = ((ein.double() - ref).norm() / ref.norm()).item()
+    first = out.clone()
+    same = True
+    for _ in range(20):
+        out.fill_(float("nan"))
+        K.wo_a(x, twin, out=out, config=cfg)
+        same &= bool(torch.equal(out.view(torch.int16), first.view(torch.int16)))
+    return {"written": written, "rel_err_vs_fp64": rel, "einsum_rel_err_vs_fp64": rel_einsum,
+            "deterministic_eager_x21": same}
+
+
+# ------------------------------------------------------------------------------------------ sweep
+
+
+def sweep_candidates(m: int) -> list[K.KernelConfig]:
+    out = []
+    if m <= K.SMALL_MAX_M:
+        # x @ W^T on wgmma (x padded to 64 rows, W dequantised into shared memory as the B operand)
+        for br, bk, split, warps, stages in itertools.product((64, 128, 256), (128, 256), (2, 4, 8, 16), (4, 8),
+                                                              (2, 3, 4)):
+            out.append(K.KernelConfig(64, br, bk, split, warps, stages, False, True))
+        # W @ x^T with W as the register operand
+        for br, split, warps, stages in itertools.product((64, 128), (4, 8, 16), (4, 8), (2, 3, 4)):
+            out.append(K.KernelConfig(16, br, 128, split, warps, stages, False, False))
+        if m <= 2:
+            for br, bk, split, warps in itertools.product((32, 64), (128, 256), (4, 8, 16), (4, 8)):
+                out.append(K.KernelConfig(1 << (m - 1).bit_length(), br, bk, split, warps, 1, False, False, True))
+    else:
+        p2 = 1 << (m - 1).bit_length()
+        bms = sorted({min(max(16, p2), 128), min(max(16, p2 // 2), 128), 64})
+        for bm, br, split, warps, stages, swap in itertools.product(bms, (64, 128, 256), (1, 2, 4, 8), (4, 8), (2, 3),
+                                                                    (False, True)):
+            out.append(K.KernelConfig(bm, br, 128, split, warps, stages, False, swap))
+    return [c for c in out if c.fits(R, D)]
+
+
+def compile_key(c: K.KernelConfig, m: int) -> tuple:
+    mclass = 1 if m == 1 else (16 if m % 16 == 0 else 0)
+    return tuple(sorted({**asdict(c), "split_k": c.split_k > 1}.items())) + (mclass,)
+
+
+def _compile_worker(tasks):
+    """Runs each (G, M, config) once so Triton's on-disk cache holds every kernel (parallel compile)."""
+    torch.cuda.init()
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    twins = {}
+    failures = []
+    for groups, m, cfg in tasks:
+        twin = twins.get(groups) or twins.setdefault(groups, random_twin(groups, gen))
+        x = random_x(m, groups, gen)
+        try:
+            K.wo_a(x, twin, config=K.KernelConfig(**cfg))
+            torch.cuda.synchronize()
+        except Exception as exc:  # reported, the sweep skips it
+            failures.append((groups, m, cfg, repr(exc)[:300]))
+    return failures
+
+
+def precompile(tasks, workers: int) -> list:
+    if workers <= 1 or not tasks:
+        return _compile_worker(tasks)
+    chunks = [tasks[i::workers] for i in range(workers)]
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(workers) as pool:
+        return [f for part in pool.map(_compile_worker, chunks) for f in part]
+
+
+# ------------------------------------------------------------------------------------------ main
+
+
+def device_info() -> dict:
+    props = torch.cuda.get_device_properties(0)
+    info = {"device": props.name, "sms": props.multi_processor_count,
+            "l2_mb": getattr(props, "L2_cache_size", 0) / 2**20, "torch": torch.__version__,
+            "triton": triton.__version__, "cuda": torch.version.cuda, "python": platform.python_version()}
+    try:
+        info["nvidia_smi"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit",
+             "--format=csv,noheader"], capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception as exc:  # informational only
+        info["nvidia_smi"] = repr(exc)
+    return info
+
+
+def measure(groups, ms, sets, replays, repeats, gen, twins, w_bf16, xs_all, configs=None, with_einsum=True):
+    """Time kernel (dispatcher config, or configs[m]) and einsum for each M."""
+    rows = []
+    for m in ms:
+        cfg = configs.get(m) if configs else None
+        xs = xs_all[m]
+        outs = [torch.empty((m, groups, R), dtype=torch.bfloat16, device="cuda") for _ in range(sets)]
+        fns = [lambda i=i: K.wo_a(xs[i], twins[i], out=outs[i], config=cfg) for i in range(sets)]
+        t_k = graph_time_us(fns, replays, repeats)
+        # graph replay reproduces the eager result bit for bit
+        graph_ok = True
+        eager = [K.wo_a(xs[i], twins[i], config=cfg) for i in range(2)]
+        graph_ok &= all(torch.equal(eager[i].view(torch.int16), outs[i].view(torch.int16)) for i in range(2))
+        ein_fns = [lambda i=i: torch.einsum("tgd,grd->tgr", xs[i], w_bf16[i]) for i in range(sets)]
+        t_e = graph_time_us(ein_fns, replays, repeats) if with_einsum else float("nan")
+        used = cfg or K.default_config(m, groups, R, D)
+        rows.append({"G": groups, "M": m, "path": K.select_path(m, groups), "config": asdict(used),
+                     "kernel_us": t_k, "einsum_us": t_e, "graph_matches_eager": graph_ok})
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="wo_a_bench.json")
+    ap.add_argument("--md", default=None)
+    ap.add_argument("--groups", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--ms", type=int, nargs="+", default=list(DEFAULT_MS))
+    ap.add_argument("--sets", type=int, default=16, help="distinct weight sets rotated per graph (>= 8)")
+    ap.add_argument("--replays", type=int, default=100)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--sweep", action="store_true", help="also time candidate configs and report the best")
+    ap.add_argument("--sweep-ms", type=int, nargs="+", default=None)
+    ap.add_argument("--sweep-groups", type=int, nargs="+", default=None)
+    ap.add_argument("--workers", type=int, default=min(14, os.cpu_count() or 1))
+    ap.add_argument("--deadline", type=float, default=420.0, help="seconds after start when the sweep stops")
+    ap.add_argument("--seed", type=int, default=None)
+    args = ap.parse_args()
+    if args.sets < 8:
+        ap.error("--sets must be at least 8 so that L2 cannot hold the weights")
+    t0 = time.time()
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    info = device_info()
+    info.update(seed=seed, sets=args.sets, replays=args.replays, repeats=args.repeats,
+                command=" ".join([Path(sys.executable).name] + sys.argv))
+    print(json.dumps(info), flush=True)
+    result = {"info": info, "rows": [], "checks": [], "sweep": [], "compile_failures": []}
+
+    if args.sweep:
+        sweep_ms = args.sweep_ms or args.ms
+        tasks, seen = [], set()
+        for g in args.sweep_groups or args.groups:
+            for m in sweep_ms:
+                for c in sweep_candidates(m):
+                    key = compile_key(c, m)
+                    if key not in seen:
+                        seen.add(key)
+                        tasks.append((g, m, asdict(c)))
+        tc = time.time()
+        result["compile_failures"] = precompile(tasks, args.workers)
+        print(f"precompiled {len(tasks)} (G, M, config) in {time.time() - tc:.0f}s, "
+              f"{len(result['compile_failures'])} failed", flush=True)
+    failed = {compile_key(K.KernelConfig(**c), m) for g, m, c, _ in result["compile_failures"]}
+
+    copy_bw = copy_bandwidth()
+    info["copy_bandwidth_GBps"] = copy_bw / 1e9
+    print(f"copy bandwidth (read+write) {copy_bw / 1e9:.0f} GB/s", flush=True)
+
+    for groups in args.groups:
+        twins = [random_twin(groups, gen) for _ in range(args.sets)]
+        w_bf16 = [K.dequantize(t) for t in twins]
+        all_ms = set(args.ms) | set(args.sweep_ms or ())
+        xs_all = {m: [random_x(m, groups, gen) for _ in range(args.sets)] for m in all_ms}
+        best = {}
+        ceiling = read_ceiling(twins[0].values.numel(), args.sets, args.replays, args.repeats)
+        result.setdefault("read_ceiling", {})[groups] = ceiling
+        print(f"G={groups}: pure read of the fp8 bytes {ceiling['us']:.2f} us ({ceiling['GBps']:.0f} GB/s) {ceiling}",
+              flush=True)
+        if args.sweep and groups in (args.sweep_groups or args.groups):
+            for m in args.sweep_ms or args.ms:
+                x0 = xs_all[m][0]
+                ref = torch.einsum("tgd,grd->tgr", x0.double(), w_bf16[0].double())
+                for cfg in sweep_candidates(m):
+                    if time.time() - t0 > args.deadline:
+                        break
+                    if compile_key(cfg, m) in failed:
+                        continue
+                    try:
+                        t = measure(groups, [m], args.sets, max(20, args.replays // 4), 3, gen, twins, w_bf16,
+                                    xs_all, {m: cfg}, with_einsum=False)[0]
+                        y = K.wo_a(x0, twins[0], config=cfg)
+                        t["rel_err_vs_fp64"] = ((y.double() - ref).norm() / ref.norm()).item()
+                        if not t["rel_err_vs_fp64"] < 1e-2 or not t["graph_matches_eager"]:
+                            result["sweep"].append(t)
+                            continue
+                    except Exception as exc:
+                        result["sweep"].append({"G": groups, "M": m, "config": asdict(cfg), "error": repr(exc)[:300]})
+                        continue
+                    result["sweep"].append(t)
+                    if m not in best or t["kernel_us"] < best[m][0]:
+                        best[m] = (t["kernel_us"], cfg)
+                ranked = sorted((t for t in result["sweep"] if t["G"] == groups and t["M"] == m and "kernel_us" in t
+                                 and t.get("rel_err_vs_fp64", 1) < 1e-2), key=lambda t: t["kernel_us"])
+                for t in ranked[:6]:
+                    c = t["config"]
+                    print(f"sweep G={groups} M={m}: {t['kernel_us']:.2f} us  m{c['block_m']} r{c['block_r']} "
+                          f"k{c['block_k']} s{c['split_k']} w{c['num_warps']} st{c['num_stages']}"
+                          f"{' bf16' if c['bf16_scale'] else ''}{' swap' if c['swap_ab'] else ''}", flush=True)
+        rows = measure(groups, args.ms, args.sets, args.replays, args.repeats, gen, twins, w_bf16, xs_all)
+        for row in rows:
+            m = row["M"]
+            chk = full_shape_check(groups, m, twins[0], w_bf16[0], gen)
+            row.update(chk)
+            if m in best:
+                row["best_sweep_us"], row["best_sweep_config"] = best[m][0], asdict(best[m][1])
+            fp8_bytes = twins[0].nbytes
+            row["fp8_GBps"] = fp8_bytes / (row["kernel_us"] * 1e-6) / 1e9
+            row["copy_fraction"] = row["fp8_GBps"] * 1e9 / copy_bw
+            row["speedup_vs_einsum"] = row["einsum_us"] / row["kernel_us"]
+            row["einsum_bf16_GBps"] = 2 * groups * R * D / (row["einsum_us"] * 1e-6) / 1e9
+            row["read_floor_us"] = ceiling["us"]
+            result["rows"].append(row)
+            print(f"G={groups} M={m:3d} {row['path']:5s} kernel {row['kernel_us']:7.2f} us  einsum "
+                  f"{row['einsum_us']:7.2f} us  x{row['speedup_vs_einsum']:.2f}  {row['fp8_GBps']:6.0f} GB/s "
+                  f"({100 * row['copy_fraction']:.0f}% of copy)  err {row['rel_err_vs_fp64']:.1e} "
+                  f"det {row['deterministic_eager_x21'] and row['graph_matches_eager']}", flush=True)
+        del twins, w_bf16, xs_all
+        torch.cuda.empty_cache()
+
+    info["wall_s"] = time.time() - t0
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    table = markdown(result)
+    if args.md:
+        Path(args.md).write_text(table)
+    print(table)
+    return 0
+
+
+def markdown(result: dict) -> str:
+    info = result["info"]
+    lines = [f"Device: {info['device']} ({info['sms']} SMs), torch {info['torch']}, triton {info['triton']}, "
+             f"CUDA {info['cuda']}; nvidia-smi: {info.get('nvidia_smi', '')}; copy bandwidth "
+             f"{info['copy_bandwidth_GBps']:.0f} GB/s (read+write); {info['sets']} weight sets per graph.",
+             "",
+             "| G | M | path | fp8 kernel (us) | bf16 einsum (us) | speedup | fp8 GB/s | % of copy BW | "
+             "pure fp8 read (us) | rel err vs fp64 | deterministic | config (m,r,k,split,warps,stages) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        c = r["config"]
+        det = r["deterministic_eager_x21"] and r["graph_matches_eager"] and r["written"]
+        lines.append(f"| {r['G']} | {r['M']} | {r['path']} | {r['kernel_us']:.2f} | {r['einsum_us']:.2f} | "
+                     f"{r['speedup_vs_einsum']:.2f}x | {r['fp8_GBps']:.0f} | {100 * r['copy_fraction']:.0f}% | "
+                     f"{r['read_floor_us']:.2f} | "
+                     f"{r['rel_err_vs_fp64']:.1e} | {'yes' if det else 'NO'} | "
+                     f"{c['block_m']},{c['block_r']},{c['block_k']},{c['split_k']},{c['num_warps']},"
+                     f"{c['num_stages']}{',bf16' if c['bf16_scale'] else ''}{',swap' if c['swap_ab'] else ''}"
+                     f"{',fma' if c['fma'] else ''} |")
+    lines.append("")
+    lines.append(f"GB10 projection per decode step ({LAYERS} layers; per layer the larger of the byte time at "
+                 f"{GB10_BANDWIDTH / 1e9:.0f} GB/s and the H200 time scaled by SMs x clock, "
+                 f"{info['sms']} x 1.98 GHz -> {GB10_SMS} x {GB10_CLOCK_GHZ} GHz):")
+    scale = info["sms"] * 1.98 / (GB10_SMS * GB10_CLOCK_GHZ)
+    for r in result["rows"]:
+        if r["M"] in (1, 2, 4, 6, 8, 12, 16):
+            g = r["G"]
+            fp8 = LAYERS * max(g * R * D * (1 + 1 / 1024) / GB10_BANDWIDTH * 1e6, r["kernel_us"] * scale) / 1e3
+            bf16 = LAYERS * max(2 * g * R * D / GB10_BANDWIDTH * 1e6, r["einsum_us"] * scale) / 1e3
+            lines.append(f"- G={g} M={r['M']}: fp8 twin >= {fp8:.2f} ms, bf16 einsum >= {bf16:.2f} ms")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,583 @@
+"""fp8 "twins" of the ``wo_a`` weights and the Triton kernels that read them.
+
+``wo_a`` computes, per layer and rank, ``y[t, g, :] = W[g] @ x[t, g, :]``
+(``torch.einsum("tgd,grd->tgr", x, W)``) with W bf16 ``[G, 1024, 4096]``, x bf16 ``[M, G, 4096]``
+and y bf16 ``[M, G, 1024]``. Decode reads all of W for a handful of rows, so the call is bound by
+the bytes of W. A twin holds W as e4m3 values plus one power-of-two scale per 32x32 block (stored as
+the uint8 exponent ``e + 127``); it is only built when it reproduces the bf16 weight bit for bit, so
+the kernels compute the same products as the einsum from half the bytes.
+
+Public API: :class:`Twin`, :func:`build_twin`, :func:`twin_from_checkpoint`, :func:`twin_weights`,
+:func:`dequantize`, :func:`wo_a`, :func:`select_path`, :class:`KernelConfig`.
+
+Paths (see :func:`select_path`): ``small`` for 1..8 rows (split-K with a deterministic two-level
+reduction; one row uses a CUDA-core variant, more rows the tensor cores), ``mid`` for 9..192 rows
+(per-M tile configurations), ``einsum`` otherwise (prefill, or no GPU). Every path accumulates in
+fp32 in a fixed order: results are bitwise reproducible run to run. Measurements: docs/kernels.md.
+
+This module imports nothing from the project: it ships as a plain package in the engine image.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Mapping
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = [
+    "BLOCK",
+    "EXP_MAX",
+    "EXP_MIN",
+    "KernelConfig",
+    "MID_MAX_M",
+    "NotTwinnableError",
+    "SMALL_MAX_M",
+    "Twin",
+    "build_twin",
+    "dequantize",
+    "default_config",
+    "select_path",
+    "twin_from_checkpoint",
+    "twin_weights",
+    "wo_a",
+]
+
+LOG = logging.getLogger("wo_a_w8")
+
+BLOCK = 32
+"""Edge of the square weight block that shares one power-of-two scale."""
+
+EXP_MIN = 10
+EXP_MAX = 246
+"""Accepted stored exponents (``e + 127``). Inside this range every e4m3 value times its scale is a
+finite, normal bf16 number (448 * 2**119 < bf16 max; 2**-9 * 2**-117 = 2**-126), so a dequantised
+twin is exact and no kernel intermediate can overflow or flush to zero where the einsum would not."""
+
+SMALL_MAX_M = 8
+MID_MAX_M = 192
+
+_E4M3_MAX = 448.0
+_E4M3_NAN_BITS = 0x7F  # e4m3fn has no infinities; S.1111.111 is NaN
+
+
+class NotTwinnableError(ValueError):
+    """The bf16 weight has no bit-exact fp8 twin; it stays on bf16."""
+
+
+# --------------------------------------------------------------------------------------------
+# Twin format
+# --------------------------------------------------------------------------------------------
+
+
+def _semaphore_count(groups: int, rows: int) -> int:
+    # One counter per output tile of a split-K launch: at most G * (R / 32) * ceil(MID_MAX_M / 16).
+    return groups * (rows // BLOCK) * -(-MID_MAX_M // 16)
+
+
+@dataclass(frozen=True, eq=False)
+class Twin:
+    """fp8 twin of one ``wo_a`` weight.
+
+    ``values``: float8_e4m3fn ``[G, R, D]``; ``exponents``: uint8 ``[G, R/32, D/32]``;
+    weight = values * 2**(exponents - 127), block-wise. Construction validates everything a kernel
+    relies on and raises ``ValueError`` otherwise. ``semaphores`` are the split-K counters of this
+    weight; they reset themselves after every launch, so one twin must not run on two streams at once.
+    """
+
+    values: torch.Tensor
+    exponents: torch.Tensor
+    semaphores: torch.Tensor = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        v, e = self.values, self.exponents
+        if not isinstance(v, torch.Tensor) or not isinstance(e, torch.Tensor):
+            raise ValueError("Twin needs torch tensors for values and exponents")
+        if v.dtype != torch.float8_e4m3fn:
+            raise ValueError(f"twin values must be torch.float8_e4m3fn, got {v.dtype}")
+        if e.dtype != torch.uint8:
+            raise ValueError(f"twin exponents must be torch.uint8 (e + 127), got {e.dtype}")
+        if v.dim() != 3 or v.shape[1] % BLOCK or v.shape[2] % BLOCK or v.numel() == 0:
+            raise ValueError(f"twin values must be [G, R, D] with R and D multiples of {BLOCK}, got {tuple(v.shape)}")
+        g, r, d = v.shape
+        if tuple(e.shape) != (g, r // BLOCK, d // BLOCK):
+            raise ValueError(f"twin exponents must be {(g, r // BLOCK, d // BLOCK)} for values {tuple(v.shape)}, "
+                             f"got {tuple(e.shape)}")
+        if v.device != e.device:
+            raise ValueError(f"twin values on {v.device} but exponents on {e.device}")
+        if not v.is_contiguous() or not e.is_contiguous():
+            raise ValueError("twin values and exponents must be contiguous")
+        # the kernels read 16-byte vectors of values and int32 words of exponents
+        if v.data_ptr() % 16:
+            object.__setattr__(self, "values", v := v.clone())
+        if e.data_ptr() % 16:
+            object.__setattr__(self, "exponents", e := e.clone())
+        lo, hi = int(e.min()), int(e.max())
+        if lo < EXP_MIN or hi > EXP_MAX:
+            raise ValueError(f"twin exponents span [{lo}, {hi}], outside the supported [{EXP_MIN}, {EXP_MAX}] "
+                             f"(scales 2**{EXP_MIN - 127} .. 2**{EXP_MAX - 127}); keep this weight on bf16")
+        nan_codes = int(((v.view(torch.uint8) & 0x7F) == _E4M3_NAN_BITS).sum())
+        if nan_codes:
+            raise ValueError(f"twin values hold {nan_codes} NaN codes; keep this weight on bf16")
+        object.__setattr__(self, "semaphores", torch.zeros(_semaphore_count(g, r), dtype=torch.int32, device=v.device))
+
+    @property
+    def groups(self) -> int:
+        return self.values.shape[0]
+
+    @property
+    def rows(self) -> int:
+        return self.values.shape[1]
+
+    @property
+    def cols(self) -> int:
+        return self.values.shape[2]
+
+    @property
+    def device(self) -> torch.device:
+        return self.values.device
+
+    @property
+    def nbytes(self) -> int:
+        return self.values.numel() + self.exponents.numel()
+
+
+def _pow2(exponents: torch.Tensor) -> torch.Tensor:
+    """2**(e - 127) as float32, built from the bits (exact for 1 <= e <= 254)."""
+    return (exponents.to(torch.int32) << 23).view(torch.float32)
+
+
+def _expand_blocks(t: torch.Tensor) -> torch.Tensor:
+    """[G, R/32, D/32] -> [G, R/32, 1, D/32, 1], to broadcast over [G, R/32, 32, D/32, 32]."""
+    return t[:, :, None, :, None]
+
+
+def _blocked(w: torch.Tensor) -> torch.Tensor:
+    g, r, d = w.shape
+    return w.view(g, r // BLOCK, BLOCK, d // BLOCK, BLOCK)
+
+
+def dequantize(twin: Twin) -> torch.Tensor:
+    """The bf16 weight ``[G, R, D]`` a twin stands for (exact)."""
+    w = _blocked(twin.values).to(torch.float32) * _expand_blocks(_pow2(twin.exponents))
+    return w.reshape(twin.values.shape).to(torch.bfloat16)
+
+
+def _check_weight(weight: torch.Tensor) -> None:
+    if not isinstance(weight, torch.Tensor):
+        raise ValueError(f"weight must be a torch.Tensor, got {type(weight).__name__}")
+    if weight.dtype != torch.bfloat16:
+        raise ValueError(f"weight must be torch.bfloat16, got {weight.dtype}")
+    if weight.dim() != 3 or weight.shape[1] % BLOCK or weight.shape[2] % BLOCK or weight.numel() == 0:
+        raise ValueError(f"weight must be [G, R, D] with R and D multiples of {BLOCK}, got {tuple(weight.shape)}")
+
+
+def build_twin(weight: torch.Tensor) -> Twin:
+    """Build the fp8 twin of a bf16 ``[G, R, D]`` weight, or raise :class:`NotTwinnableError`.
+
+    Per 32x32 block the scale is the smallest power of two 2**k with amax <= 448 * 2**k; any other
+    exact choice would need a larger k for the same block, so this one is exact whenever one is.
+    The result is dequantised and compared with the weight bit for bit before it is returned.
+    """
+    _check_weight(weight)
+    w = weight.contiguous()
+    blocks = _blocked(w).to(torch.float32)
+    amax = blocks.abs().amax(dim=(2, 4))
+    if not bool(torch.isfinite(amax).all()):
+        raise NotTwinnableError("weight holds NaN or Inf values")
+    mant, expo = torch.frexp(amax)  # amax = mant * 2**expo, 0.5 <= mant < 1
+    # amax <= 0.875 * 2**(9 + k)  <=>  k >= expo - 9 (+1 when mant > 0.875)
+    k = expo - 9 + (mant > 0.875).to(expo.dtype)
+    k = torch.where(amax == 0, torch.zeros_like(k), k)
+    stored = k + 127
+    lo, hi = int(stored.min()), int(stored.max())
+    if lo < EXP_MIN or hi > EXP_MAX:
+        raise NotTwinnableError(f"block scales need exponents [{lo}, {hi}], outside [{EXP_MIN}, {EXP_MAX}]")
+    exponents = stored.to(torch.uint8)
+    inv = _pow2(254 - stored)  # 2**-k
+    values = (blocks * _expand_blocks(inv)).reshape(w.shape).to(torch.float8_e4m3fn)
+    back = (_blocked(values).to(torch.float32) * _expand_blocks(_pow2(exponents))).reshape(w.shape)
+    mismatch = back.to(torch.bfloat16).view(torch.int16) != w.view(torch.int16)
+    bad = int(mismatch.sum())
+    if bad:
+        bad_blocks = int(_blocked(mismatch).any(dim=4).any(dim=2).sum())
+        raise NotTwinnableError(f"{bad} of {w.numel()} values ({bad_blocks} of {amax.numel()} 32x32 blocks) "
+                                f"are not exactly representable as e4m3 times a power-of-two block scale")
+    return Twin(values.contiguous(), exponents.contiguous())
+
+
+def twin_from_checkpoint(weight_fp8: torch.Tensor, block_scale: torch.Tensor, groups: int | None = None) -> Twin:
+    """Twin from a checkpoint's fp8 weight and its per-32x32-block scales.
+
+    ``weight_fp8``: float8_e4m3fn ``[G, R, D]`` (or ``[G*R, D]`` with ``groups``). ``block_scale``:
+    ``[G, R/32, D/32]`` (or the matching 2-D form) as uint8 stored exponents (e + 127), float8_e8m0fnu,
+    or float32/bfloat16/float16 exact powers of two.
+    """
+    if not isinstance(weight_fp8, torch.Tensor) or not isinstance(block_scale, torch.Tensor):
+        raise ValueError("weight_fp8 and block_scale must be torch tensors")
+    if weight_fp8.dtype != torch.float8_e4m3fn:
+        raise ValueError(f"weight_fp8 must be torch.float8_e4m3fn, got {weight_fp8.dtype}")
+    if weight_fp8.dim() == 2:
+        if not groups or weight_fp8.shape[0] % groups:
+            raise ValueError(f"a 2-D weight {tuple(weight_fp8.shape)} needs groups= dividing its rows")
+        weight_fp8 = weight_fp8.reshape(groups, weight_fp8.shape[0] // groups, weight_fp8.shape[1])
+    if weight_fp8.dim() != 3 or weight_fp8.shape[1] % BLOCK or weight_fp8.shape[2] % BLOCK:
+        raise ValueError(f"weight_fp8 must be [G, R, D] with R, D multiples of {BLOCK}, got {tuple(weight_fp8.shape)}")
+    g, r, d = weight_fp8.shape
+    want = (g, r // BLOCK, d // BLOCK)
+    if block_scale.numel() != math.prod(want):
+        raise ValueError(f"block_scale must hold {want} scales for weight {tuple(weight_fp8.shape)}, "
+                         f"got {tuple(block_scale.shape)}")
+    scale = block_scale.reshape(want)
+    if scale.dtype == torch.uint8:
+        exponents = scale
+    elif scale.dtype == getattr(torch, "float8_e8m0fnu", None):
+        exponents = scale.view(torch.uint8)  # e8m0 is the biased exponent itself (0xFF = NaN)
+    elif scale.dtype in (torch.float32, torch.bfloat16, torch.float16):
+        s = scale.to(torch.float32)
+        if not bool((torch.isfinite(s) & (s > 0)).all()):
+            raise ValueError("block_scale holds non-positive or non-finite scales")
+        mant, expo = torch.frexp(s)
+        if not bool((mant == 0.5).all()):
+            raise ValueError("block_scale holds scales that are not powers of two")
+        stored = expo - 1 + 127
+        if int(stored.min()) < 0 or int(stored.max()) > 255:
+            raise ValueError("block_scale exponents do not fit in a uint8")
+        exponents = stored.to(torch.uint8)
+    else:
+        raise ValueError(f"block_scale dtype {scale.dtype} is not supported (uint8 exponents, float8_e8m0fnu, "
+                         f"or float powers of two)")
+    return Twin(weight_fp8.contiguous(), exponents.to(weight_fp8.device).contiguous())
+
+
+def twin_weights(weights: Mapping[str, torch.Tensor]) -> tuple[dict[str, Twin], dict[str, str]]:
+    """Twin every weight that allows it; return ``(twins, kept_on_bf16)`` (name -> reason) and log the
+    adapter's marker line."""
+    twins: dict[str, Twin] = {}
+    kept: dict[str, str] = {}
+    for name, weight in weights.items():
+        try:
+            twins[name] = build_twin(weight)
+        except NotTwinnableError as exc:
+            kept[name] = str(exc)
+    LOG.info("[wo_a_w8] fp8 twins for %d wo_a weights, %d left on bf16", len(twins), len(kept))
+    for name, reason in kept.items():
+        LOG.info("[wo_a_w8] %s stays on bf16: %s", name, reason)
+    return twins, kept
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _wo_a_kernel(
+    x_ptr, w_ptr, e_ptr, y_ptr, ws_ptr, sem_ptr,
+    M, R, D, k_per_split, split_k,
+    stride_xm, stride_xg, stride_ym, stride_yg,
+    BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+    USE_SPLIT: tl.constexpr, BF16_SCALE: tl.constexpr, SWAP_AB: tl.constexpr, FMA: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    """One program: rows [r0, r0 + BLOCK_R) of group g, tokens [m0, m0 + BLOCK_M), and one K range.
+
+    The weight tile is read as [NSUB, 32, NKB, 32] so each 32x32 block meets its own scale through a
+    broadcast; dequantisation is exact, so the dot sees the original bf16 weight. SWAP_AB computes
+    x @ W^T instead of W @ x^T: the weight then goes to shared memory as the B operand (wgmma, many
+    rows) instead of being reshuffled in registers as the A operand (mma.sync, few rows). FMA skips
+    the tensor cores: a broadcast multiply and an in-register reduction, cheap when M is 1..4."""
+    NSUB: tl.constexpr = BLOCK_R // 32
+    NKB: tl.constexpr = BLOCK_K // 32
+    pid_m = tl.program_id(0)
+    pid_gr = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    n_rt = R // BLOCK_R
+    g = pid_gr // n_rt
+    rt = pid_gr % n_rt
+    r0 = rt * BLOCK_R
+    k0 = pid_k * k_per_split
+    nkb_total = D // 32
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_k = tl.arange(0, BLOCK_K)
+    j4 = tl.arange(0, NSUB)[:, None, None, None]
+    i4 = tl.arange(0, 32)[None, :, None, None]
+    b4 = tl.arange(0, NKB)[None, None, :, None]
+    c4 = tl.arange(0, 32)[None, None, None, :]
+
+    w_ptrs = w_ptr + g * R * D + (r0 + j4 * 32 + i4) * D + k0 + b4 * 32 + c4
+    # Scales are read as int32 words (four exponents each): byte loads are not pipelined by Triton and
+    # would stall every iteration for a full memory latency; words ride the cp.async pipeline.
+    NW: tl.constexpr = NKB // 4
+    j3 = tl.arange(0, NSUB)[:, None, None]
+    w3 = tl.arange(0, NW)[None, :, None]
+    sh3 = tl.arange(0, 4)[None, None, :] * 8
+    e_words = e_ptr.to(tl.pointer_type(tl.int32))
+    e_ptrs = e_words + (g * (R // 32) * nkb_total + (r0 // 32 + j3) * nkb_total + k0 // 32) // 4 + w3
+    m_mask = offs_m[:, None] < M
+    x_ptrs = x_ptr + offs_m[:, None].to(tl.int64) * stride_xm + g * stride_xg + k0 + offs_k[None, :]
+
+    if SWAP_AB and not FMA:
+        acc = tl.zeros([BLOCK_M, BLOCK_R], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_R, BLOCK_M], dtype=tl.float32)
+    for _ in range(0, k_per_split, BLOCK_K):
+        w8 = tl.load(w_ptrs)
+        ex = (tl.load(e_ptrs) >> sh3) & 0xFF
+        xt = tl.load(x_ptrs, mask=m_mask, other=0.0)
+        scale = (ex << 23).to(tl.float32, bitcast=True)
+        scale = tl.reshape(scale, [NSUB, 1, NKB, 1])
+        if BF16_SCALE and not INTERPRET:
+            # the interpreter's bf16 arithmetic is unreliable; on the GPU this saves a conversion
+            wd = w8.to(tl.bfloat16) * scale.to(tl.bfloat16)
+        else:
+            wd = w8.to(tl.float32) * scale
+        wd = tl.reshape(wd, [BLOCK_R, BLOCK_K])
+        if FMA:
+            prod = tl.reshape(wd, [BLOCK_R, 1, BLOCK_K]) * tl.reshape(xt.to(tl.float32), [1, BLOCK_M, BLOCK_K])
+            acc += tl.sum(prod, axis=2)
+        elif INTERPRET:
+            # The CPU interpreter's dot is wrong on bf16 operands; every value here is exactly
+            # representable in fp32, so an fp32 dot computes the same products.
+            if SWAP_AB:
+                acc += tl.dot(xt.to(tl.float32), tl.trans(wd.to(tl.float32)), input_precision="ieee")
+            else:
+                acc += tl.dot(wd.to(tl.float32), tl.trans(xt.to(tl.float32)), input_precision="ieee")
+        elif SWAP_AB:
+            acc = tl.dot(xt, tl.trans(wd.to(tl.bfloat16)), acc)
+        else:
+            acc = tl.dot(wd.to(tl.bfloat16), tl.trans(xt), acc)
+        w_ptrs += BLOCK_K
+        e_ptrs += NW
+        x_ptrs += BLOCK_K
+
+    if SWAP_AB and not FMA:
+        acc = tl.trans(acc)
+    offs_r = r0 + tl.arange(0, BLOCK_R)
+    y_ptrs = y_ptr + offs_m[None, :].to(tl.int64) * stride_ym + g * stride_yg + offs_r[:, None]
+    y_mask = offs_m[None, :] < M
+    if USE_SPLIT:
+        # Deterministic split-K: every split parks its fp32 partial; the last to arrive sums them in
+        # split order 0..S-1 (not arrival order) and resets the tile's counter for the next launch.
+        tile = pid_gr * tl.num_programs(0) + pid_m
+        tile_elems = BLOCK_R * BLOCK_M
+        offs_t = tl.arange(0, BLOCK_R)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
+        ws_tile = ws_ptr + tile.to(tl.int64) * split_k * tile_elems
+        tl.store(ws_tile + pid_k * tile_elems + offs_t, acc)
+        # CTA barrier, then one GPU-scope release: the same publication pattern as CUTLASS's
+        # split-K semaphore (release is cumulative over the writes the barrier ordered before it)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(sem_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if arrived == split_k - 1:
+            total = tl.zeros([BLOCK_R, BLOCK_M], dtype=tl.float32)
+            for s in range(0, split_k):
+                total += tl.load(ws_tile + s * tile_elems + offs_t, cache_modifier=".cg")
+            tl.store(y_ptrs, total.to(tl.bfloat16), mask=y_mask)
+            tl.atomic_xchg(sem_ptr + tile, 0, sem="relaxed", scope="gpu")
+    else:
+        tl.store(y_ptrs, acc.to(tl.bfloat16), mask=y_mask)
+
+
+# --------------------------------------------------------------------------------------------
+# Configurations and dispatch
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Tile shape and launch parameters of one kernel launch."""
+
+    block_m: int
+    block_r: int
+    block_k: int
+    split_k: int = 1
+    num_warps: int = 4
+    num_stages: int = 3
+    bf16_scale: bool = False
+    swap_ab: bool = False
+    fma: bool = False
+
+    def fits(self, rows: int, cols: int) -> bool:
+        """Whether these tiles divide an R x D weight exactly (the kernel has no R/K masks)."""
+        if self.block_r % BLOCK or self.block_k % _K_WORD or self.split_k < 1:
+            return False
+        if self.block_m & (self.block_m - 1) or self.block_m < (1 if self.fma else 16):
+            return False  # tl.dot needs 16 rows; the FMA variant takes any power of two
+        return rows % self.block_r == 0 and cols % (self.block_k * self.split_k) == 0
+
+
+# Tuned on an NVIDIA H200 (docs/kernels.md, benchmarks/wo_a_bench.py --sweep): per bucket of M,
+# (largest M, tiles, programs per SM). split_k is derived from the SM count: the largest power of two
+# that keeps G * (R / block_r) * ceil(M / block_m) * split_k <= programs_per_sm * SMs, so the same
+# table sizes the launch for G=2 (TP4), G=4 (TP3) and for a GPU with fewer SMs (GB10: 48).
+_TABLES: dict[str, tuple[tuple[int, KernelConfig, float], ...]] = {
+    "small": (
+        (1, KernelConfig(block_m=1, block_r=32, block_k=128, num_warps=8, num_stages=1, fma=True), 8.0),
+        (SMALL_MAX_M, KernelConfig(block_m=16, block_r=64, block_k=128, num_warps=4, num_stages=3), 2.0),
+    ),
+    "mid": (
+        (16, KernelConfig(block_m=16, block_r=64, block_k=128, num_warps=4, num_stages=3), 2.0),
+        (32, KernelConfig(block_m=32, block_r=64, block_k=128, num_warps=4, num_stages=4), 1.0),
+        (64, KernelConfig(block_m=64, block_r=64, block_k=128, num_warps=4, num_stages=3), 2.0),
+        (128, KernelConfig(block_m=128, block_r=64, block_k=128, num_warps=8, num_stages=4, swap_ab=True), 1.0),
+        (MID_MAX_M, KernelConfig(block_m=128, block_r=64, block_k=128, num_warps=8, num_stages=4), 1.0),
+    ),
+}
+_K_WORD = 4 * BLOCK  # the kernel reads the exponents as int32 words: K tiles are multiples of 128
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@lru_cache(maxsize=None)
+def _sm_count(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 8  # interpreter: small grids keep CPU tests quick
+
+
+def select_path(m: int, groups: int, device: torch.device | str = "cuda") -> str:
+    """``"small"`` (1..8 rows), ``"mid"`` (9..192 rows) or ``"einsum"`` (prefill, or no GPU).
+
+    Any group count is accepted: TP3 runs G=4 (the stock guard only took G=2)."""
+    device = torch.device(device)
+    if m < 1 or groups < 1:
+        raise ValueError(f"wo_a needs at least one row and one group, got M={m}, G={groups}")
+    if device.type != "cuda" and not _interpreting():
+        return "einsum"
+    if m <= SMALL_MAX_M:
+        return "small"
+    if m <= MID_MAX_M:
+        return "mid"
+    return "einsum"
+
+
+def _fit(cfg: KernelConfig, rows: int, cols: int) -> KernelConfig:
+    """Shrink tiles (powers of two) until they divide R x D; the GPU shapes never need it, the small
+    CPU test shapes do."""
+    br, bk, s = cfg.block_r, cfg.block_k, max(1, cfg.split_k)
+    while br > BLOCK and rows % br:
+        br //= 2
+    while s > 1 and cols % (bk * s):
+        s //= 2
+    while bk > _K_WORD and cols % (bk * s):
+        bk //= 2
+    out = replace(cfg, block_r=br, block_k=bk, split_k=s)
+    if not out.fits(rows, cols):
+        raise ValueError(f"no kernel tiling for R={rows}, D={cols}")
+    return out
+
+
+def default_config(m: int, groups: int, rows: int, cols: int, device: torch.device | str = "cuda") -> KernelConfig:
+    """The tuned configuration for this shape (raises ValueError when the einsum path applies)."""
+    device = torch.device(device)
+    path = select_path(m, groups, device)
+    if path == "einsum":
+        raise ValueError(f"M={m} runs on the einsum path, no kernel configuration")
+    base, per_sm = next((c, p) for top, c, p in _TABLES[path] if m <= top)
+    cfg = _fit(base, rows, cols)
+    tiles = groups * (rows // cfg.block_r) * -(-m // cfg.block_m)
+    budget = per_sm * _sm_count(device)
+    split = 1
+    while tiles * split * 2 <= budget and cols % (cfg.block_k * split * 2) == 0 and split < 16:
+        split *= 2
+    return replace(cfg, split_k=split)
+
+
+def _check_x(x: torch.Tensor, twin: Twin) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if not isinstance(twin, Twin):
+        raise ValueError(f"twin must be a Twin, got {type(twin).__name__}")
+    if x.dtype != torch.bfloat16:
+        raise ValueError(f"x must be torch.bfloat16, got {x.dtype}")
+    if x.dim() != 3:
+        raise ValueError(f"x must be [M, G, D], got shape {tuple(x.shape)}")
+    m, g, d = x.shape
+    if m == 0:
+        raise ValueError("x has M=0 rows; wo_a needs at least one")
+    if g != twin.groups:
+        raise ValueError(f"x has G={g} groups but the twin has {twin.groups}")
+    if d != twin.cols:
+        raise ValueError(f"x has D={d} but the twin expects {twin.cols}")
+    if x.stride(2) != 1:
+        raise ValueError(f"x must be contiguous in its last dimension, got strides {tuple(x.stride())}")
+    if x.device != twin.device:
+        raise ValueError(f"x is on {x.device} but the twin is on {twin.device}")
+
+
+def _einsum(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None) -> torch.Tensor:
+    if weight is None:
+        weight = dequantize(twin)
+    elif weight.dtype != torch.bfloat16 or tuple(weight.shape) != tuple(twin.values.shape):
+        raise ValueError(f"weight must be bf16 {tuple(twin.values.shape)}, got {weight.dtype} {tuple(weight.shape)}")
+    return torch.einsum("tgd,grd->tgr", x, weight).contiguous()
+
+
+def _check_out(out: torch.Tensor, x: torch.Tensor, twin: Twin) -> None:
+    want = (x.shape[0], x.shape[1], twin.rows)
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.bfloat16 or tuple(out.shape) != want:
+        raise ValueError(f"out must be a bf16 tensor of shape {want}")
+    if out.stride(2) != 1 or out.device != x.device:
+        raise ValueError("out must be contiguous in its last dimension and on x's device")
+
+
+def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out: torch.Tensor | None = None,
+         config: KernelConfig | None = None, path: str | None = None) -> torch.Tensor:
+    """``y[t, g, :] = W[g] @ x[t, g, :]`` from the twin; x bf16 ``[M, G, D]`` (last dim contiguous,
+    other strides free), returns bf16 ``[M, G, R]`` (``out`` if given, else a new contiguous tensor).
+
+    ``weight`` (the bf16 copy, if still held) serves the einsum path; without it that path
+    dequantises the twin. ``path``/``config`` override the dispatcher (tests, benchmarks)."""
+    _check_x(x, twin)
+    if out is not None:
+        _check_out(out, x, twin)
+    m, g, d = x.shape
+    chosen = path or select_path(m, g, x.device)
+    if path is None and d % _K_WORD:
+        chosen = "einsum"  # the kernels tile K by 128 (exponents read as int32 words)
+    if chosen not in ("small", "mid", "einsum"):
+        raise ValueError(f"unknown path {chosen!r}")
+    if chosen == "einsum":
+        y = _einsum(x, twin, weight)
+        return y if out is None else out.copy_(y)
+    if x.device.type != "cuda" and not _interpreting():
+        raise ValueError("the Triton paths need a CUDA device (or TRITON_INTERPRET=1)")
+    cfg = config or default_config(m, g, twin.rows, d, x.device)
+    if not cfg.fits(twin.rows, d):
+        raise ValueError(f"{cfg} does not tile R={twin.rows}, D={d}")
+    if out is None:
+        out = torch.empty((m, g, twin.rows), dtype=torch.bfloat16, device=x.device)
+    return _launch(x, twin, cfg, out)
+
+
+def _launch(x: torch.Tensor, twin: Twin, cfg: KernelConfig, y: torch.Tensor) -> torch.Tensor:
+    m, g, d = x.shape
+    r = twin.rows
+    m_tiles = -(-m // cfg.block_m)
+    grid = (m_tiles, g * (r // cfg.block_r), cfg.split_k)
+    use_split = cfg.split_k > 1
+    if use_split:
+        tiles = grid[0] * grid[1]
+        if tiles > twin.semaphores.numel():
+            raise ValueError(f"split-K over {tiles} tiles exceeds the twin's {twin.semaphores.numel()} counters")
+        ws = torch.empty(tiles * cfg.split_k * cfg.block_r * cfg.block_m, dtype=torch.float32, device=x.device)
+    else:
+        ws = y  # unused
+    _wo_a_kernel[grid](
+        x, twin.values, twin.exponents, y, ws, twin.semaphores,
+        m, r, d, d // cfg.split_k, cfg.split_k,
+        x.stride(0), x.stride(1), y.stride(0), y.stride(1),
+        BLOCK_M=cfg.block_m, BLOCK_R=cfg.block_r, BLOCK_K=cfg.block_k,
+        USE_SPLIT=use_split, BF16_SCALE=cfg.bf16_scale, SWAP_AB=cfg.swap_ab, FMA=cfg.fma,
+        INTERPRET=_interpreting(),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return y
