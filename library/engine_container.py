@@ -1,0 +1,345 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: sparkfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: engine_container
+short_description: One serving-engine container (a TP rank) as desired state, through the docker CLI
+description:
+  - Creates, recreates, starts, restarts, stops or removes one engine container (C(dsv41-head) or
+    C(dsv41-worker), FLEET.md section 2) with the docker CLI, and optionally waits for a log line.
+  - C(docker inspect) is the truth. The container is B(recreated only when) its image id, its managed env or its
+    mounts differ from the desired ones; run flags (O(run_args)) and labels are applied at creation, not compared.
+  - Managed env means every key of O(env) plus every key of the container's env that its image does not set
+    (or sets to another value); the image's own C(ENV) (C(PATH), C(PYTHONPATH)...) that docker merges into
+    C(Config.Env) is left out of the comparison. A key added by hand with C(-e) therefore shows up as a difference.
+  - With O(env_files) the env reaches the container only through C(--env-file) (in order, later files win) and
+    O(env) is what those files must give; after a (re)creation the module inspects the container and fails if its
+    env differs from O(env). Without O(env_files) each key of O(env) is passed with C(-e).
+  - A start (create, recreate, start, restart) records how many log lines the container had, so O(wait_for) only
+    looks at lines this boot wrote.
+version_added: "0.1.0"
+author: sparkfleet
+options:
+  name:
+    description: Container name.
+    type: str
+    required: true
+  state:
+    description:
+      - C(started) creates the container when absent, recreates it when it differs, starts it when stopped.
+      - C(stopped) stops it when running (C(docker stop -t O(stop_timeout))); it is kept with its log.
+      - C(absent) removes it.
+    type: str
+    choices: [started, stopped, absent]
+    default: started
+  image:
+    description: Image reference to run. Required with O(state=started); it must be on the host.
+    type: str
+  command:
+    description: Arguments after the image (the entrypoint comes from the image).
+    type: list
+    elements: str
+    default: []
+  env:
+    description:
+      - The env the container must have (keys sparkfleet manages). Values are strings without newlines.
+    type: dict
+    default: {}
+  env_files:
+    description: Env files on the host passed with C(--env-file), in order.
+    type: list
+    elements: path
+    default: []
+  mounts:
+    description: C(SRC:DST[:ro]) bind mounts (SRC an absolute host path) or volumes (SRC a volume name).
+    type: list
+    elements: str
+    default: []
+  run_args:
+    description: Further C(docker run) flags, as separate arguments (the recipe's C(--network host) ... flags).
+    type: list
+    elements: str
+    default: []
+  labels:
+    description: Labels set at creation (not compared).
+    type: dict
+    default: {}
+  restart:
+    description: With O(state=started), stop and start a container that already matches and runs (a fresh boot).
+    type: bool
+    default: false
+  wait_for:
+    description:
+      - With O(state=started), a Python regular expression; the module polls C(docker logs) until a line written
+        since this start matches (when the container was not started by this run, any line counts).
+      - The module fails when the container exits first or O(wait_timeout) passes, with the last log lines.
+    type: str
+  wait_timeout:
+    description: Seconds to wait for O(wait_for). Must be more than 0.
+    type: int
+    default: 3600
+  stop_timeout:
+    description: Seconds C(docker stop) gives the engine before it kills it.
+    type: int
+    default: 30
+  log_tail:
+    description: How many log lines to return in RV(log_tail) when waiting.
+    type: int
+    default: 30
+  docker:
+    description: The docker CLI to call.
+    type: path
+    default: docker
+attributes:
+  check_mode:
+    support: full
+    description: Inspects the container and the image, computes RV(action), RV(differences) and the diff, and
+      changes nothing (no create, start, stop, removal or wait).
+  diff_mode:
+    support: full
+    description: Image, state, managed env and mounts before and after, as text.
+notes:
+  - The desired image must already be on the host (the testbed and the fleet have no registry); the module never pulls.
+  - Engine ranks rendezvous at boot, so restarting one rank alone is seldom useful; roles/engine decides which
+    ranks boot and in which order (workers first, then the head).
+seealso:
+  - module: boot_log_facts
+"""
+
+EXAMPLES = r"""
+- name: Start this worker's engine container from the rendered env files
+  engine_container:
+    name: dsv41-worker
+    image: dsv41-3x-spark:local
+    command: [run]
+    env_files:
+      - /home/zurih/dsv41-3x-spark/sparkfleet.env
+      - /home/zurih/dsv41-3x-spark/sparkfleet-rank.env
+    env: "{{ engine_env_desired }}"
+    mounts:
+      - dsv41-weights:/models/DeepSeek-V4.1-Flash:ro
+      - /home/zurih/dsv41-3x-spark/state:/state
+      - /home/zurih/.cache:/root/.cache
+      - /home/zurih/dsv41-3x-spark/engram:/engram
+    run_args: [--network, host, --ipc, host, --privileged, --gpus, all, --shm-size, 32g]
+
+- name: Boot the head and wait for its ready line
+  engine_container:
+    name: dsv41-head
+    image: dsv41-3x-spark:local
+    command: [run]
+    env: {NODE_RANK: "0", TP_SIZE: "3"}
+    restart: true
+    wait_for: '^.*Ready: API on port'
+    wait_timeout: 600
+  register: head
+
+- name: Only look (what would change, with the diff)
+  engine_container:
+    name: dsv41-worker
+    image: dsv41-3x-spark:local
+    env: {NODE_RANK: "1"}
+  check_mode: true
+  register: plan
+
+- name: Stop the head, keeping the container and its log
+  engine_container:
+    name: dsv41-head
+    state: stopped
+"""
+
+RETURN = r"""
+action:
+  description: What was (or in check mode would be) done.
+  returned: always
+  type: str
+  choices: [none, create, recreate, start, restart, stop, remove]
+  sample: recreate
+differences:
+  description: Why a container is recreated, one entry per differing image id, env key or mount destination
+    (C(null) means absent on that side).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{what: env, key: DSV41_AUTOTUNE_KEEP, desired: "1", actual: null},
+           {what: mount, key: /engram, desired: "/home/zurih/dsv41-3x-spark/engram:/engram", actual: null}]
+container:
+  description: The container as it was before this run (C(null) when absent); C(env) holds only managed keys.
+  returned: always
+  type: dict
+  sample: {id: "4f2c...", name: dsv41-worker, image: "dsv41-3x-spark:local", image_id: "sha256:77ab...",
+           status: running, running: true, exit_code: 0, started_at: "2026-11-29T10:01:02.123456Z",
+           finished_at: "0001-01-01T00:00:00Z", env: {NODE_RANK: "1", TP_SIZE: "3"},
+           mounts: ["/home/zurih/.cache:/root/.cache"]}
+image_id:
+  description: Id of the desired image on this host.
+  returned: when state is started
+  type: str
+  sample: sha256:77ab0c3f...
+image_labels:
+  description: Labels of the desired image (the engine and FlashInfer versions, where the image carries them).
+  returned: when state is started
+  type: dict
+  sample: {engine.version: "0.5.4.post2+dsv41", flashinfer.version: "0.5.2"}
+log_offset:
+  description: Log lines the container had before this run started it (what O(wait_for) skips).
+  returned: when the container was started by this run
+  type: int
+  sample: 57
+ready:
+  description: Whether the O(wait_for) line appeared (C(null) without O(wait_for) or in check mode).
+  returned: always
+  type: bool
+  sample: true
+ready_line:
+  description: The matching log line.
+  returned: when ready
+  type: str
+  sample: "[2026-11-29 10:01:04 TP0] Ready: API on port 8888 (rank 0), no API key."
+wait_s:
+  description: Seconds spent waiting for O(wait_for).
+  returned: when waiting
+  type: float
+  sample: 2.4
+log_tail:
+  description: The last O(log_tail) lines written since the start (on success and on failure).
+  returned: when waiting
+  type: list
+  elements: str
+  sample: ["[2026-11-29 10:01:02 TP0] RuntimeError: CUDA error: out of memory (NV_ERR_NO_MEMORY) ..."]
+exit_code:
+  description: Exit code of a container that stopped while the module waited for it.
+  returned: when the container exited during the wait
+  type: int
+  sample: 1
+msg:
+  description: One line saying what happened.
+  returned: always
+  type: str
+  sample: "dsv41-worker: recreated (2 differences: env DSV41_AUTOTUNE_KEEP, mount /engram)"
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.engine_container import (
+    Desired,
+    Docker,
+    EngineContainerError,
+    apply,
+    check_desired,
+    parse_mount,
+    plan,
+    verify_created,
+    wait_for_line,
+)
+
+PAST = {"none": "unchanged", "create": "created", "recreate": "recreated", "start": "started",
+        "restart": "restarted", "stop": "stopped", "remove": "removed"}
+FUTURE = {"none": "unchanged", "create": "would create", "recreate": "would recreate", "start": "would start",
+          "restart": "would restart", "stop": "would stop", "remove": "would remove"}
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str", required=True),
+            state=dict(type="str", default="started", choices=["started", "stopped", "absent"]),
+            image=dict(type="str"),
+            command=dict(type="list", elements="str", default=[]),
+            env=dict(type="dict", default={}),
+            env_files=dict(type="list", elements="path", default=[]),
+            mounts=dict(type="list", elements="str", default=[]),
+            run_args=dict(type="list", elements="str", default=[]),
+            labels=dict(type="dict", default={}),
+            restart=dict(type="bool", default=False),
+            wait_for=dict(type="str"),
+            wait_timeout=dict(type="int", default=3600),
+            stop_timeout=dict(type="int", default=30),
+            log_tail=dict(type="int", default=30),
+            docker=dict(type="path", default="docker"),
+        ),
+        required_if=[("state", "started", ("image",))],
+        supports_check_mode=True,
+    )
+    p = module.params
+    name, state = p["name"], p["state"]
+    result = dict(changed=False, action="none", differences=[], container=None, ready=None)
+
+    def fail(msg: str, **extra) -> None:
+        result.update(extra)
+        result.pop("msg", None)
+        module.fail_json(msg=f"{name}: {msg}", **result)
+
+    if p["wait_timeout"] <= 0:
+        fail(f"wait_timeout must be more than 0 seconds, got {p['wait_timeout']}")
+    try:
+        desired = Desired(name=name, image=p["image"] or "", command=p["command"],
+                          env={str(k): "" if v is None else str(v) for k, v in p["env"].items()},
+                          env_files=p["env_files"], mounts=[parse_mount(m) for m in p["mounts"]],
+                          run_args=p["run_args"], labels={str(k): str(v) for k, v in p["labels"].items()})
+        check_desired(desired, need_image=state == "started")
+    except EngineContainerError as exc:
+        fail(str(exc), **exc.facts)
+
+    docker = Docker(lambda argv: module.run_command(argv), p["docker"])
+    try:
+        the_plan = plan(docker, desired, state, p["restart"])
+    except EngineContainerError as exc:
+        fail(str(exc), **exc.facts)
+    result.update(action=the_plan.action, differences=[d.as_dict() for d in the_plan.differences],
+                  container=the_plan.container, changed=the_plan.action != "none")
+    if the_plan.image_id:
+        result.update(image_id=the_plan.image_id, image_labels=the_plan.image_labels)
+    if module._diff and result["changed"]:
+        result["diff"] = {"before_header": f"{name} (docker inspect)", "after_header": f"{name} (desired)",
+                          "before": the_plan.before, "after": the_plan.after}
+    why = ""
+    if the_plan.differences:
+        shown = ", ".join(f"{d.what} {d.key}" for d in the_plan.differences[:6])
+        more = len(the_plan.differences) - 6
+        why = f" ({len(the_plan.differences)} difference{'s' if len(the_plan.differences) != 1 else ''}: {shown}" \
+              + (f", and {more} more" if more > 0 else "") + ")"
+    words = FUTURE if module.check_mode else PAST
+    result["msg"] = f"{name}: {words[the_plan.action]}{why}"
+    if module.check_mode:
+        module.exit_json(**result)
+
+    try:
+        offset = apply(docker, desired, the_plan, p["stop_timeout"])
+        if the_plan.action in ("create", "recreate"):
+            left = verify_created(docker, desired, the_plan.image_id)
+            if left:
+                fail("the created container's env or mounts differ from the desired ones; the env files do not "
+                     f"give what env says: {'; '.join(d.line() for d in left[:8])}",
+                     remaining_differences=[d.as_dict() for d in left])
+    except EngineContainerError as exc:
+        fail(f"{the_plan.action} failed: {exc}", **exc.facts)
+    started = the_plan.action in ("create", "recreate", "start", "restart")
+    if started:
+        result["log_offset"] = offset
+
+    if state == "started" and p["wait_for"]:
+        try:
+            waited = wait_for_line(docker, name, p["wait_for"], p["wait_timeout"], offset if started else 0,
+                                   tail_lines=p["log_tail"])
+        except EngineContainerError as exc:
+            fail(f"waiting for {p['wait_for']!r} failed: {exc}", **exc.facts)
+        result.update(ready=waited.ready, wait_s=round(waited.seconds, 3), log_tail=waited.tail)
+        if waited.ready:
+            result["ready_line"] = waited.line
+            result["msg"] += f"; ready after {waited.seconds:.1f} s"
+        else:
+            last = "\n".join(waited.tail[-10:])
+            if not waited.running:
+                fail(f"the container exited with code {waited.exit_code} before printing a line matching "
+                     f"{p['wait_for']!r}\nlast lines:\n{last}", exit_code=waited.exit_code)
+            fail(f"no line matching {p['wait_for']!r} after {p['wait_timeout']} s (the container still runs)\n"
+                 f"last lines:\n{last}")
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,434 @@
+"""library/engine_container (with module_utils/engine_container), the engine_env role's filters and the two
+inventories' serving env, run in-process against an in-memory docker CLI."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, load_module
+from tests.unit.module_harness import run_module
+
+from ansible.module_utils import engine_container as ec
+
+MODULE = load_module("engine_container")
+
+_spec = importlib.util.spec_from_file_location(
+    "sparkfleet_filter_engine_env", ROOT / "roles" / "engine_env" / "filter_plugins" / "engine_env.py")
+envf = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(envf)
+
+IMAGE_ENV = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+             "PYTHONPATH=/opt/dsv41/adapter:/opt/sglang-sim", "SGLANG_VERSION=0.5.4.post2+dsv41"]
+IMAGE_ID = "sha256:" + "a" * 64
+NEW_IMAGE_ID = "sha256:" + "b" * 64
+READY = "[2026-11-29 20:04:02 TP0] Ready: API on port 8888 (rank 0), no API key."
+
+
+class FakeDocker:
+    """The docker CLI subset engine_container calls, in memory (docker's --env-file and -e semantics)."""
+
+    def __init__(self):
+        self.images = {"dsv41-3x-spark:local": {"Id": IMAGE_ID, "Config": {
+            "Env": list(IMAGE_ENV), "Labels": {"engine.version": "0.5.4.post2+dsv41", "flashinfer.version": "0.5.2"}}}}
+        self.containers: dict = {}
+        self.calls: list = []
+        self.on_start = lambda name: ["booting"]   # lines a start appends to the log
+        self.log_script: list = []                 # per `docker logs` call: lines appended first
+
+    def image_by(self, ref):
+        if ref in self.images:
+            return self.images[ref]
+        return next((i for i in self.images.values() if i["Id"] == ref), None)
+
+    def add_container(self, name, env, mounts, image=IMAGE_ID, running=True, log=()):
+        self.containers[name] = {
+            "Id": "c" * 64, "Name": "/" + name, "Image": image,
+            "Config": {"Image": "dsv41-3x-spark:local", "Env": list(IMAGE_ENV) + [f"{k}={v}" for k, v in env.items()]},
+            "State": {"Status": "running" if running else "exited", "Running": running, "ExitCode": 0 if running else 1,
+                      "StartedAt": "2026-11-29T20:00:00Z", "FinishedAt": "0001-01-01T00:00:00Z"},
+            "Mounts": [ec_mount(m) for m in mounts], "log": list(log)}
+
+    def __call__(self, argv):
+        assert argv[0] == "docker"
+        args = argv[1:]
+        self.calls.append(args)
+        verb = args[0]
+        if args[:2] == ["container", "inspect"]:
+            c = self.containers.get(args[2])
+            if c is None:
+                return 1, "[]\n", f"Error: No such container: {args[2]}\n"
+            return 0, json.dumps([{k: v for k, v in c.items() if k != "log"}]), ""
+        if args[:2] == ["image", "inspect"]:
+            image = self.image_by(args[2])
+            if image is None:
+                return 1, "[]\n", f"Error response from daemon: No such image: {args[2]}\n"
+            return 0, json.dumps([image]), ""
+        if verb == "logs":
+            c = self.containers[args[1]]
+            if self.log_script:
+                step = self.log_script.pop(0)
+                if step == "exit":
+                    c["State"].update(Status="exited", Running=False, ExitCode=1)
+                else:
+                    c["log"].extend(step)
+            return 0, "".join(line + "\n" for line in c["log"]), ""
+        if verb == "run":
+            return self._run(args[1:])
+        if verb == "start":
+            c = self.containers[args[1]]
+            c["State"].update(Status="running", Running=True)
+            c["log"].extend(self.on_start(args[1]))
+            return 0, args[1] + "\n", ""
+        if verb == "stop":
+            c = self.containers[args[-1]]
+            c["State"].update(Status="exited", Running=False, ExitCode=143)
+            return 0, args[-1] + "\n", ""
+        if verb == "rm":
+            self.containers.pop(args[-1], None)
+            return 0, args[-1] + "\n", ""
+        raise AssertionError(f"unexpected docker call {args}")
+
+    def _run(self, args):
+        env, mounts, name, i = {}, [], None, 0
+        while args[i].startswith("-"):
+            flag = args[i]
+            if flag in ("-d", "--privileged") or "=" in flag:
+                i += 1
+                continue
+            value = args[i + 1]
+            i += 2
+            if flag == "--name":
+                name = value
+            elif flag == "--env-file":
+                for line in Path(value).read_text().splitlines():
+                    if line.strip() and not line.lstrip().startswith("#") and "=" in line:
+                        k, _, v = line.partition("=")
+                        env[k] = v
+            elif flag == "-e":
+                k, _, v = value.partition("=")
+                env[k] = v
+            elif flag == "-v":
+                mounts.append(value)
+        image = self.image_by(args[i])
+        self.add_container(name, env, mounts, image=image["Id"], log=self.on_start(name))
+        return 0, "c" * 64 + "\n", ""
+
+    def mutating(self):
+        return [c for c in self.calls if c[0] in ("run", "start", "stop", "rm")]
+
+
+def ec_mount(spec):
+    m = ec.parse_mount(spec)
+    if m.source.startswith("/"):
+        return {"Type": "bind", "Source": m.source, "Destination": m.destination, "RW": not m.read_only}
+    return {"Type": "volume", "Name": m.source, "Source": f"/var/lib/docker/volumes/{m.source}/_data",
+            "Destination": m.destination, "RW": not m.read_only}
+
+
+ENV = {"NODE_RANK": "1", "TP_SIZE": "3", "HEAD_IP": "10.213.3.11", "DSV41_AUTOTUNE_KEEP": "1",
+       "EXTRA_SGLANG_ARGS": "", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}
+MOUNTS = ["dsv41-weights:/models/DeepSeek-V4.1-Flash:ro", "/home/zurih/dsv41-3x-spark/state:/state",
+          "/home/zurih/.cache:/root/.cache", "/home/zurih/dsv41-3x-spark/engram:/engram"]
+
+
+@pytest.fixture
+def docker(monkeypatch):
+    fake = FakeDocker()
+    from ansible.module_utils.basic import AnsibleModule
+
+    def run_command(self, args, **kwargs):
+        return fake(list(args))
+    monkeypatch.setattr(AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(ec.time, "sleep", lambda s: None)
+    return fake
+
+
+@pytest.fixture
+def env_files(tmp_path):
+    shared = tmp_path / "sparkfleet.env"
+    rank = tmp_path / "sparkfleet-rank.env"
+    shared.write_text("#\n# Ansible managed\n#\n" + "".join(f"{k}={v}\n" for k, v in ENV.items() if k != "NODE_RANK"))
+    rank.write_text("NODE_RANK=1\n")
+    return [str(shared), str(rank)]
+
+
+def args(**over):
+    base = {"name": "dsv41-worker", "image": "dsv41-3x-spark:local", "command": ["run"], "env": dict(ENV),
+            "mounts": list(MOUNTS), "run_args": ["--network=host", "--ipc=host", "--privileged"],
+            "labels": {"sparkfleet.rank": "1"}}
+    base.update(over)
+    return base
+
+
+# ---------------------------------------------------------------- create / compare
+
+def test_creates_an_absent_container_from_the_env_files_in_order(docker, env_files):
+    out = run_module(MODULE, args(env_files=env_files), diff=True)
+    assert not out.failed, out.result
+    r = out.result
+    assert (r["action"], r["changed"], r["container"], r["image_id"]) == ("create", True, None, IMAGE_ID)
+    run = next(c for c in docker.calls if c[0] == "run")
+    assert run[run.index("--name") + 1] == "dsv41-worker"
+    assert [run[i + 1] for i, a in enumerate(run) if a == "--env-file"] == env_files
+    assert "-e" not in run, "with env files, env reaches the container only through them"
+    assert [run[i + 1] for i, a in enumerate(run) if a == "-v"] == MOUNTS
+    assert run[-2:] == ["dsv41-3x-spark:local", "run"] and "--privileged" in run
+    assert r["diff"]["before"] == "absent\n" and "  DSV41_AUTOTUNE_KEEP=1\n" in r["diff"]["after"]
+    assert r["msg"] == "dsv41-worker: created"
+
+
+def test_check_mode_reports_the_creation_and_changes_nothing(docker, env_files):
+    out = run_module(MODULE, args(env_files=env_files), check_mode=True, diff=True)
+    assert out.result["action"] == "create" and out.result["changed"] is True
+    assert out.result["msg"] == "dsv41-worker: would create"
+    assert docker.mutating() == [] and docker.containers == {}
+
+
+def test_a_matching_container_is_left_alone_and_the_images_own_env_is_ignored(docker, env_files):
+    docker.add_container("dsv41-worker", ENV, MOUNTS)
+    out = run_module(MODULE, args(env_files=env_files), diff=True)
+    assert (out.result["action"], out.result["changed"], out.result["differences"]) == ("none", False, [])
+    assert "diff" not in out.result and docker.mutating() == []
+    assert "PATH" not in out.result["container"]["env"] and out.result["container"]["env"]["NODE_RANK"] == "1"
+
+
+@pytest.mark.parametrize("change, difference", [
+    ({"env_drop": "DSV41_AUTOTUNE_KEEP"}, {"what": "env", "key": "DSV41_AUTOTUNE_KEEP", "desired": "1", "actual": None}),
+    ({"env_add": ("SGLANG_LOG_LEVEL", "debug")},
+     {"what": "env", "key": "SGLANG_LOG_LEVEL", "desired": None, "actual": "debug"}),
+    ({"env_add": ("PYTHONPATH", "/elsewhere")},
+     {"what": "env", "key": "PYTHONPATH", "desired": None, "actual": "/elsewhere"}),
+    ({"env_add": ("NODE_RANK", "2")}, {"what": "env", "key": "NODE_RANK", "desired": "1", "actual": "2"}),
+    ({"image": NEW_IMAGE_ID}, {"what": "image", "key": "id", "desired": IMAGE_ID, "actual": NEW_IMAGE_ID}),
+    ({"mount_drop": "/engram"},
+     {"what": "mount", "key": "/engram", "desired": "/home/zurih/dsv41-3x-spark/engram:/engram", "actual": None}),
+    ({"mount_rw": "/models/DeepSeek-V4.1-Flash"},
+     {"what": "mount", "key": "/models/DeepSeek-V4.1-Flash", "desired": "dsv41-weights:/models/DeepSeek-V4.1-Flash:ro",
+      "actual": "dsv41-weights:/models/DeepSeek-V4.1-Flash"}),
+], ids=["switch-missing", "key-added-by-hand", "image-key-overridden", "wrong-rank", "image", "mount-missing",
+        "mount-writable"])
+def test_a_differing_container_is_recreated_and_the_difference_named(docker, env_files, change, difference):
+    env, mounts = dict(ENV), list(MOUNTS)
+    if "env_drop" in change:
+        env.pop(change["env_drop"])
+    if "env_add" in change:
+        key, value = change["env_add"]
+        env[key] = value
+    if "mount_drop" in change:
+        mounts = [m for m in mounts if not m.split(":")[1] == change["mount_drop"]]
+    if "mount_rw" in change:
+        mounts = [m[:-3] if m.split(":")[1] == change["mount_rw"] else m for m in mounts]
+    docker.images["old"] = {"Id": NEW_IMAGE_ID, "Config": {"Env": list(IMAGE_ENV)}}
+    docker.add_container("dsv41-worker", env, mounts, image=change.get("image", IMAGE_ID), log=["old boot"])
+
+    checked = run_module(MODULE, args(env_files=env_files), check_mode=True, diff=True).result
+    assert checked["action"] == "recreate" and checked["differences"] == [difference]
+    assert docker.mutating() == []
+
+    out = run_module(MODULE, args(env_files=env_files))
+    assert not out.failed, out.result
+    assert out.result["action"] == "recreate" and out.result["differences"] == [difference]
+    assert [c[0] for c in docker.mutating()] == ["rm", "run"]
+    again = run_module(MODULE, args(env_files=env_files)).result
+    assert (again["action"], again["changed"]) == ("none", False)
+
+
+def test_a_stopped_matching_container_is_started_not_recreated(docker, env_files):
+    docker.add_container("dsv41-worker", ENV, MOUNTS, running=False, log=["old 1", "old 2", "old 3"])
+    out = run_module(MODULE, args(env_files=env_files)).result
+    assert (out["action"], out["log_offset"]) == ("start", 3)
+    assert [c[0] for c in docker.mutating()] == ["start"]
+
+
+def test_restart_stops_and_starts_a_running_container(docker, env_files):
+    docker.add_container("dsv41-worker", ENV, MOUNTS, log=["old"])
+    out = run_module(MODULE, args(env_files=env_files, restart=True)).result
+    assert out["action"] == "restart" and [c[0] for c in docker.mutating()] == ["stop", "start"]
+
+
+@pytest.mark.parametrize("running, action", [(True, "stop"), (False, "none")])
+def test_stopped_state(docker, running, action):
+    docker.add_container("dsv41-head", ENV, MOUNTS, running=running)
+    out = run_module(MODULE, {"name": "dsv41-head", "state": "stopped", "stop_timeout": 5}).result
+    assert out["action"] == action and out["changed"] is (action != "none")
+    assert docker.mutating() == ([["stop", "-t", "5", "dsv41-head"]] if running else [])
+    assert "dsv41-head" in docker.containers, "stopping keeps the container and its log"
+
+
+def test_absent_state_removes(docker):
+    docker.add_container("dsv41-head", ENV, MOUNTS)
+    assert run_module(MODULE, {"name": "dsv41-head", "state": "absent"}).result["action"] == "remove"
+    assert docker.containers == {}
+    assert run_module(MODULE, {"name": "dsv41-head", "state": "absent"}).result["action"] == "none"
+
+
+def test_env_is_passed_with_e_when_there_are_no_env_files(docker):
+    out = run_module(MODULE, args(env={"NODE_RANK": "0", "EXTRA_SGLANG_ARGS": "--enable-metrics --x"}))
+    run = next(c for c in docker.calls if c[0] == "run")
+    assert [run[i + 1] for i, a in enumerate(run) if a == "-e"] == ["EXTRA_SGLANG_ARGS=--enable-metrics --x",
+                                                                    "NODE_RANK=0"]
+    assert out.result["action"] == "create"
+
+
+def test_env_files_that_disagree_with_env_fail_after_creation(docker, tmp_path):
+    stale = tmp_path / "stale.env"
+    stale.write_text("NODE_RANK=1\nTP_SIZE=4\n")
+    out = run_module(MODULE, args(env={"NODE_RANK": "1", "TP_SIZE": "3"}, env_files=[str(stale)]))
+    assert out.failed
+    assert "env TP_SIZE: desired 3, actual 4" in out.result["msg"]
+    assert out.result["remaining_differences"] == [{"what": "env", "key": "TP_SIZE", "desired": "3", "actual": "4"}]
+
+
+# ---------------------------------------------------------------- waiting for the ready line
+
+def test_waits_for_the_ready_line_of_this_boot_only(docker, env_files):
+    docker.add_container("dsv41-head", ENV, MOUNTS, running=False, log=["old boot", READY, "[NCCL] Watchdog ..."])
+    docker.on_start = lambda name: ["dsv41 boot: rank=0"]
+    docker.log_script = [[], ["Rendezvous complete: 3 ranks"], [READY]]
+    out = run_module(MODULE, args(name="dsv41-head", env_files=env_files, wait_for="^.*Ready: API on port",
+                                  wait_timeout=30))
+    assert not out.failed, out.result
+    r = out.result
+    assert (r["action"], r["log_offset"], r["ready"], r["ready_line"]) == ("start", 3, True, READY)
+    assert r["log_tail"] == ["dsv41 boot: rank=0", "Rendezvous complete: 3 ranks", READY]
+    assert docker.log_script == [], "the old boot's ready line must not end the wait"
+
+
+def test_a_head_that_exits_fails_with_its_last_lines_and_exit_code(docker, env_files):
+    error = "RuntimeError: CUDA error: out of memory (NV_ERR_NO_MEMORY) while reserving the static pool"
+    docker.on_start = lambda name: ["dsv41 boot: rank=0", error]
+    docker.log_script = [[], "exit"]
+    out = run_module(MODULE, args(name="dsv41-head", env_files=env_files, wait_for="^.*Ready: API on port",
+                                  wait_timeout=30))
+    assert out.failed
+    r = out.result
+    assert r["exit_code"] == 1 and r["ready"] is False and r["log_tail"][-1] == error
+    first, *rest = r["msg"].splitlines()
+    assert first == "dsv41-head: the container exited with code 1 before printing a line matching '^.*Ready: API on port'"
+    assert rest[-1] == error
+
+
+def test_check_mode_does_not_wait(docker, env_files):
+    out = run_module(MODULE, args(env_files=env_files, wait_for="Ready"), check_mode=True)
+    assert out.result["ready"] is None and "wait_s" not in out.result
+
+
+def test_wait_times_out_on_a_running_container():
+    fake = FakeDocker()
+    fake.add_container("dsv41-head", ENV, MOUNTS, log=["waiting for rank(s) [2]"])
+    clock = iter(range(0, 100, 5))
+    waited = ec.wait_for_line(ec.Docker(fake), "dsv41-head", "Ready", timeout=12, offset=0,
+                              clock=lambda: float(next(clock)), sleep=lambda s: None)
+    assert (waited.ready, waited.running, waited.tail) == (False, True, ["waiting for rank(s) [2]"])
+    assert waited.seconds >= 12
+
+
+# ---------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("over, text", [
+    ({"image": "dsv41-3x-spark :local"}, "is not a docker image reference"),
+    ({"env": {"BAD=KEY": "1"}}, "env key 'BAD=KEY' is not a valid variable name"),
+    ({"env": {"EXTRA_SGLANG_ARGS": "a\nb"}}, "env value of EXTRA_SGLANG_ARGS contains a newline"),
+    ({"wait_timeout": 0, "wait_for": "Ready"}, "wait_timeout must be more than 0 seconds, got 0"),
+    ({"mounts": ["/state"]}, "must be SRC:DST[:ro]"),
+    ({"mounts": ["/a:/x", "/b:/x"]}, "several mounts target /x"),
+    ({"name": "dsv41 head"}, "container name 'dsv41 head' is not valid"),
+])
+def test_bad_input_fails_before_docker_is_called(docker, over, text):
+    out = run_module(MODULE, args(**over))
+    assert out.failed and text in out.result["msg"], out.result["msg"]
+    assert docker.calls == []
+
+
+def test_a_missing_image_fails_with_what_to_do(docker):
+    out = run_module(MODULE, args(image="dsv41-3x-spark:canary"))
+    assert out.failed
+    assert "image dsv41-3x-spark:canary is not on this host; build or load it first" in out.result["msg"]
+    assert docker.mutating() == []
+
+
+# ---------------------------------------------------------------- engine_env filters
+
+PER_RANK = {"NODE_RANK": "0", "MEM_FRACTION_STATIC": {0: "0.95"}}
+SERVING = {"TP_SIZE": 3, "MEM_FRACTION_STATIC": "0.95", "EXTRA_SGLANG_ARGS": "", "DSV41_AUTOTUNE_KEEP": "0"}
+
+
+@pytest.mark.parametrize("env, per_rank, rank, text", [
+    (SERVING, {"NODE_RANK": "0", "MEM_FRACTON_STATIC": {0: "0.9"}}, 0,
+     "engine_env_per_rank has an unknown key MEM_FRACTON_STATIC"),
+    (SERVING, {"NODE_RANK": "0", "MEM_FRACTION_STATIC": {7: "0.9"}}, 0,
+     "engine_env_per_rank.MEM_FRACTION_STATIC has an unknown rank 7 (ranks are 0..2)"),
+    (SERVING, {"NODE_RANK": "0", "MEM_FRACTION_STATIC": {"head": "0.9"}}, 0, "has an unknown rank 'head'"),
+    (SERVING, {"MEM_FRACTION_STATIC": {0: "0.9"}}, 0, "engine_env_per_rank must declare NODE_RANK"),
+    (SERVING, {"NODE_RANK": "1"}, 0, "engine_env_per_rank.NODE_RANK gives '1' on a host whose fleet_rank is 0"),
+    (dict(SERVING, **{"BAD=KEY": "1"}), PER_RANK, 0, "engine_env key 'BAD=KEY' is not a variable name"),
+    (dict(SERVING, EXTRA_SGLANG_ARGS="--a\n--b"), PER_RANK, 0, "engine_env.EXTRA_SGLANG_ARGS contains a newline"),
+    (dict(SERVING, DSV41_AUTOTUNE_KEEP=True), PER_RANK, 0, "engine_env.DSV41_AUTOTUNE_KEEP is a boolean"),
+    (dict(SERVING, DSV41_AUTOTUNE_KEEP=None), PER_RANK, 0, "engine_env.DSV41_AUTOTUNE_KEEP has no value"),
+    (SERVING, {"NODE_RANK": "0", "MEM_FRACTION_STATIC": {0: "0.9\n"}}, 0, "contains a newline"),
+    ({}, PER_RANK, 0, "engine_env must be a non-empty dict"),
+])
+def test_engine_env_problems_name_the_bad_input(env, per_rank, rank, text):
+    problems = envf.engine_env_problems(env, per_rank, rank, 3)
+    assert any(text in p for p in problems), problems
+
+
+def test_engine_env_problems_accept_the_inventories():
+    for inventory in ("fleet", "testbed"):
+        data = yaml.safe_load((ROOT / "inventory" / inventory / "group_vars/all/engine.yml").read_text())
+        env = {k: ("3" if "{{" in str(v) else v) for k, v in data["engine_env"].items()}
+        for rank in range(3):
+            per_rank = dict(data["engine_env_per_rank"], NODE_RANK=str(rank))
+            assert envf.engine_env_problems(env, per_rank, rank, 3) == [], inventory
+
+
+def test_engine_env_split_keeps_per_rank_keys_out_of_the_shared_file():
+    head = envf.engine_env_split(SERVING, {"NODE_RANK": "0", "MEM_FRACTION_STATIC": {"0": "0.93"}}, 0)
+    worker = envf.engine_env_split(SERVING, {"NODE_RANK": "2", "MEM_FRACTION_STATIC": {"0": "0.93"}}, 2)
+    assert head["shared"] == worker["shared"] == {"DSV41_AUTOTUNE_KEEP": "0", "EXTRA_SGLANG_ARGS": "", "TP_SIZE": "3"}
+    assert head["rank"] == {"MEM_FRACTION_STATIC": "0.93", "NODE_RANK": "0"}
+    assert worker["rank"] == {"MEM_FRACTION_STATIC": "0.95", "NODE_RANK": "2"}
+
+
+def test_engine_env_parse_reads_like_docker():
+    text = "#\n# Ansible managed\n#\nA=1\n\nEXTRA=--x=1 --y\nEMPTY=\n  B=2\nNOVALUE\n"
+    assert envf.engine_env_parse(text) == {"A": "1", "EXTRA": "--x=1 --y", "EMPTY": "", "B": "2"}
+
+
+def test_engine_env_fingerprint_covers_only_tactics_relevant_keys():
+    base = {"DSV41_AUTOTUNE_KEEP": "1", "SGLANG_X": "a", "PORT": "8888", "NODE_RANK": "0"}
+    fp = envf.engine_env_fingerprint(base)
+    assert fp == envf.engine_env_fingerprint(dict(reversed(list(base.items()))))
+    assert fp == envf.engine_env_fingerprint(dict(base, PORT="9999", NODE_RANK="2", NCCL_DEBUG="INFO"))
+    assert fp != envf.engine_env_fingerprint(dict(base, DSV41_WO_A_W8="1"))
+
+
+def test_engine_env_cross_rank_ignores_declared_keys():
+    envs = {"spark1": {"NODE_RANK": "0", "A": "1"}, "spark2": {"NODE_RANK": "1", "A": "1"},
+            "spark3": {"NODE_RANK": "2", "A": "2", "B": "x"}}
+    assert envf.engine_env_cross_rank(envs, ["NODE_RANK"]) == [
+        {"key": "A", "values": {"spark1": "1", "spark2": "1", "spark3": "2"}},
+        {"key": "B", "values": {"spark1": None, "spark2": None, "spark3": "x"}}]
+
+
+# ---------------------------------------------------------------- the two inventories
+
+def test_testbed_serving_env_is_the_fleets_plus_simulator_keys():
+    fleet = yaml.safe_load((ROOT / "inventory/fleet/group_vars/all/engine.yml").read_text())
+    testbed = yaml.safe_load((ROOT / "inventory/testbed/group_vars/all/engine.yml").read_text())
+    assert not [k for k in fleet["engine_env"] if k.startswith("SIM_")], "testbed keys must stay out of the fleet"
+    assert {k: v for k, v in testbed["engine_env"].items() if not k.startswith("SIM_")} == fleet["engine_env"]
+    assert testbed["engine_env"]["SIM_TIME_SCALE"] == "0.05"
+    assert testbed["engine_env_per_rank"] == fleet["engine_env_per_rank"]
+    assert fleet["engine_env"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:False"
+
+
+def test_role_defaults_mirror_the_recipe_defaults():
+    defaults = yaml.safe_load((ROOT / "roles/engine_env/defaults/main.yml").read_text())["engine_env"]
+    fleet = yaml.safe_load((ROOT / "inventory/fleet/group_vars/all/engine.yml").read_text())["engine_env"]
+    assert {k: fleet[k] for k in defaults} == defaults
+
