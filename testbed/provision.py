@@ -115,7 +115,8 @@ def images(spec: dict, checkout: str) -> None:
     os.makedirs(f"{staging}/sgl-workspace")
     docker.create_image(staging, ["lmsysorg/sglang:dev-dsv41"],
                         {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                                 "PYTHONPATH=/opt/sglang-sim", "SGLANG_VERSION=0.5.4.post2+dsv41"],
+                                 "PYTHONPATH=/opt/sglang-sim", "SGLANG_VERSION=0.5.4.post2+dsv41",
+                                 "NCCL_VERSION=2.27.7-1"],
                          "Cmd": ["python3", "-m", "engine.sim", "--help"], "WorkingDir": "/sgl-workspace"},
                         labels={"org.opencontainers.image.title": "sglang", "engine.version": "0.5.4.post2+dsv41",
                                 "flashinfer.version": "0.5.2"})
@@ -162,18 +163,28 @@ def units(spec: dict) -> None:
             "EnvironmentFile=-/etc/default/gpu-dashboard", f"ExecStart={TESTBED}/standins/gpu_dashboard.py", "",
             "[Install]", "WantedBy=multi-user.target", ""]))
         os.symlink(f"{UNIT_DIR}/gpu-dashboard.service", f"{wants}/gpu-dashboard.service")
+    if spec.get("oom_daemon"):
+        # A user-space OOM killer (knob oom_daemon): its process is named earlyoom, like the real one.
+        if not os.path.lexists("/usr/local/bin/earlyoom"):
+            os.symlink("/bin/sleep", "/usr/local/bin/earlyoom")
+        write(f"{UNIT_DIR}/earlyoom.service", "\n".join([
+            "[Unit]", "Description=Early OOM Daemon (testbed stand-in)", "", "[Service]", "Type=simple",
+            "ExecStart=/usr/local/bin/earlyoom infinity", "", "[Install]", "WantedBy=multi-user.target", ""]))
+        os.symlink(f"{UNIT_DIR}/earlyoom.service", f"{wants}/earlyoom.service")
     target = "graphical.target" if spec["desktop"] else "multi-user.target"
     link = f"{UNIT_DIR}/default.target"
     if os.path.lexists(link):
         os.unlink(link)
     os.symlink(f"/lib/systemd/system/{target}", link)
     # What the boot would have started.
-    if spec["clock_lock_unit"]:
+    if spec["clock_lock_unit"] and not spec.get("clocks_lost"):   # knob clocks_lost: a power cycle lost it
         sh("systemctl", "start", "nvidia-clock-lock.service")
     if spec["desktop"]:
         sh("systemctl", "start", "gdm.service")
     if spec["gpu_dashboard_poll_ms"]:
         sh("systemctl", "start", "gpu-dashboard.service")
+    if spec.get("oom_daemon"):
+        sh("systemctl", "start", "earlyoom.service")
 
 
 def autotune_caches(spec: dict) -> None:
@@ -190,7 +201,7 @@ def autotune_caches(spec: dict) -> None:
 def main() -> None:
     spec = json.loads(sys.argv[1])
     with open("/run/testbed/gpu.json", "w") as fh:
-        json.dump({}, fh)
+        json.dump({"driver_version": spec["driver"]} if spec.get("driver") else {}, fh)
     users(spec)
     checkout = recipe_checkout(spec)
     stale_shards(spec)

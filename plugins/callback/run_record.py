@@ -87,7 +87,9 @@ class CallbackModule(CallbackBase):
         data = self._clean(result._result)
         if status == "failed":
             self.record["failures"].append({"host": host, "task": result._task.get_name(), "msg": data.get("msg", "")})
-        if action in RECORDED_MODULES or result._task.get_name().startswith("Record:"):
+        # "Record:" tasks are kept too, in a role as well (get_name() prefixes the role's name).
+        if action in RECORDED_MODULES or (result._task.name or "").startswith("Record:") \
+                or result._task.get_name().startswith("Record:"):
             text = json.dumps(data, default=str)
             if len(text) > MAX_RESULT_CHARS:
                 data = {"truncated": True, "msg": data.get("msg", ""), "changed": data.get("changed")}

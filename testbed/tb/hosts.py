@@ -153,7 +153,7 @@ def _make_writable(path: Path) -> None:
         os.chmod(child, 0o644 if child.is_file() else 0o755)
 
 
-def up(layout: Layout, count: int, scenario: str) -> None:
+def up(layout: Layout, count: int, scenario: str, knobs: list | None = None) -> None:
     layout.state_dir.mkdir(parents=True, exist_ok=True)
     if (layout.state_dir / "hosts").exists():
         shutil.rmtree(layout.state_dir / "hosts")
@@ -163,8 +163,9 @@ def up(layout: Layout, count: int, scenario: str) -> None:
     (layout.state_dir / "systemctl3.py").write_text("#!/usr/bin/python3\n" + text)
     os.chmod(layout.state_dir / "systemctl3.py", 0o755)
     _checkpoint(layout)
-    specs = scenarios.host_specs(count, scenario)
-    state = {"hosts": count, "scenario": scenario, "pids": {}, "specs": specs, "started": time.time()}
+    specs = scenarios.host_specs(count, scenario, knobs or [])
+    state = {"hosts": count, "scenario": scenario, "knobs": knobs or [], "pids": {}, "specs": specs,
+             "started": time.time()}
     layout.write_state(state)
     _network(count)
     for spec in specs:
@@ -271,7 +272,8 @@ def down(layout: Layout) -> bool:
 
 
 def status_lines(layout: Layout, state: dict) -> list[str]:
-    lines = [f"testbed: {state['hosts']} hosts, scenario {state['scenario']}"]
+    lines = [f"testbed: {state['hosts']} hosts, scenario {state['scenario']}"
+             + "".join(f", knob {h}:{k}" for h, k in state.get("knobs", []))]
     for spec in state["specs"]:
         pid = state["pids"].get(spec["name"])
         ok = pid and _alive(pid) and _listening(pid)
