@@ -1,0 +1,135 @@
+"""playbooks/autotune.yml on the testbed: caches that disagree are planned in check mode, moved aside on every
+rank together, retuned and pinned by a boot with the keep switch, then reused by every rank."""
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+import testinfra
+import yaml
+
+from tests.integration.conftest import ROOT, ensure_testbed, run_playbook, state_dir
+
+pytestmark = pytest.mark.testbed
+
+HOSTS = {"spark1": (0, "mia", "dsv41-head"), "spark2": (1, "zurih", "dsv41-worker"),
+         "spark3": (2, "zurih", "dsv41-worker")}
+BASE = {"preflight_skip": True}   # the node preflight has its own tests
+FLASHINFER = "0.5.2/sm121"
+
+
+def node(name: str):
+    return testinfra.get_host(f"ssh://{name}", ssh_config=str(state_dir() / "ssh" / "config"))
+
+
+def root(name: str) -> str:
+    return f"/home/{HOSTS[name][1]}/.cache/sglang/flashinfer/autotune"
+
+
+def keys_on(name: str) -> set:
+    out = node(name).run(f"ls {root(name)}/{FLASHINFER} 2>/dev/null").stdout.split()
+    return {f"{FLASHINFER}/{k}" for k in out}
+
+
+def keep_vars(**extra) -> dict:
+    env = yaml.safe_load((ROOT / "inventory/testbed/group_vars/all/engine.yml").read_text())["engine_env"]
+    env["DSV41_AUTOTUNE_KEEP"] = "1"
+    return dict(BASE, engine_env=env, **extra)
+
+
+def this_boot(name: str) -> list:
+    """The container log lines of the last boot of this rank."""
+    rank, _, container = HOSTS[name]
+    lines = node(name).run(f"docker logs {container}").stdout.splitlines()
+    starts = [i for i, line in enumerate(lines) if f"dsv41 boot: rank={rank}" in line]
+    return lines[starts[-1]:] if starts else []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def own_runs_dir():
+    """Run folders of this module's playbooks in a folder of this testbed's own: the harness finds a run's
+    folder as the newest new one, and engineers on other testbeds write into runs/ at the same time."""
+    old = os.environ.get("SPARKFLEET_RUNS_DIR")
+    os.environ["SPARKFLEET_RUNS_DIR"] = str(ROOT / "runs" / f"testbed-{os.environ.get('SPARKFLEET_TESTBED_ID') or '0'}")
+    os.makedirs(os.environ["SPARKFLEET_RUNS_DIR"], exist_ok=True)
+    yield
+    if old is None:
+        os.environ.pop("SPARKFLEET_RUNS_DIR")
+    else:
+        os.environ["SPARKFLEET_RUNS_DIR"] = old
+
+
+@pytest.fixture(scope="module")
+def seed():
+    if os.geteuid() != 0:
+        pytest.skip("the testbed needs root")
+    ensure_testbed(fresh=True)
+    seeded = {name: keys_on(name) for name in HOSTS}
+    assert all(len(keys) == 2 for keys in seeded.values()) and len(set(map(frozenset, seeded.values()))) == 1
+    return next(iter(seeded.values()))
+
+
+def plan_of(run) -> dict:
+    return next(r for r in run.results(task="Record: autotune plan"))["autotune_plan"]
+
+
+def test_disagreeing_caches_are_planned_in_check_mode_then_moved_aside_on_every_rank_together(seed):
+    checked = run_playbook("autotune.yml", extravars=keep_vars(), check=True, diff=True)
+    assert checked.rc == 0, checked.stdout[-3000:]
+    plan = plan_of(checked)
+    assert sorted(plan["invalidate"]) == sorted(seed) and plan["usable"] == []
+    for key in seed:
+        assert any("no provenance recorded" in reason for reason in plan["reasons"][key])
+    assert {name: keys_on(name) for name in HOSTS} == dict.fromkeys(HOSTS, seed), "check mode moved a cache"
+
+    run = run_playbook("autotune.yml", extravars=keep_vars())
+    assert run.rc == 0, run.stdout[-3000:]
+    moves = {r["_host"]: r for r in run.results(module="autotune_cache") if r.get("moves")}
+    assert set(moves) == set(HOSTS), "every rank moves its caches in the same task"
+    asides = {r["aside_dir"].rsplit("/", 1)[-1] for r in moves.values()}
+    assert len(asides) == 1, "every rank's caches go under one name"
+    for name in HOSTS:
+        assert keys_on(name) == set()
+        aside = moves[name]["aside_dir"]
+        for key in seed:
+            assert node(name).file(f"{aside}/{key}/rank_tp{HOSTS[name][0]}_pp0_dp0.json").exists
+
+
+def test_a_boot_with_the_keep_switch_tunes_pins_and_then_reuses_on_every_rank(seed):
+    run = run_playbook("engine.yml", extravars=keep_vars())
+    assert run.rc == 0, run.stdout[-3000:]
+    for name in HOSTS:
+        lines = this_boot(name)
+        assert any("[autotune_keep] armed" in line for line in lines), name
+        assert sum("[autotune_keep] tuned and saved" in line for line in lines) == 2, name
+        for key in seed:
+            assert node(name).file(f"{root(name)}/{key}/sparkfleet-provenance.json").exists, (name, key)
+
+    replan = run_playbook("autotune.yml", extravars=keep_vars())
+    assert replan.rc == 0, replan.stdout[-3000:]
+    plan = plan_of(replan)
+    assert sorted(plan["usable"]) == sorted(seed) and plan["invalidate"] == []
+    assert replan.changed() == []
+
+    restart = run_playbook("engine.yml", extravars=keep_vars(engine_state="restarted"))
+    assert restart.rc == 0, restart.stdout[-3000:]
+    for name in HOSTS:
+        lines = this_boot(name)
+        reused = [line for line in lines if "[autotune_keep] reused" in line]
+        assert len(reused) == 2, (name, lines)
+        assert not any("disagree" in line or "Running FlashInfer autotune" in line for line in lines), name
+
+
+def test_a_key_missing_on_one_rank_is_moved_aside_on_every_rank(seed):
+    """After the keep boot above, both keys are pinned and reusable; one rank losing one key makes every rank
+    move that key aside and keep the other."""
+    key = sorted(seed)[0]
+    node("spark3").check_output(f"rm -rf {root('spark3')}/{key}")
+    run = run_playbook("autotune.yml", extravars=keep_vars())
+    assert run.rc == 0, run.stdout[-3000:]
+    plan = plan_of(run)
+    assert plan["invalidate"] == [key] and plan["usable"] == sorted(seed - {key})
+    assert any(re.search(r"rank 2 \(spark3\) has no cache for this key", r) for r in plan["reasons"][key])
+    for name in HOSTS:
+        assert keys_on(name) == seed - {key}, name

@@ -1,0 +1,217 @@
+"""playbooks/engine.yml (roles engine_env and engine) and the engine rows of playbooks/drift.yml on the testbed:
+one serving env reaching every rank, ordered boots, logs kept, failures named, bad input refused early."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+import testinfra
+import yaml
+
+from tests.integration.conftest import ROOT, ensure_testbed, run_playbook, state_dir
+
+pytestmark = pytest.mark.testbed
+
+HOSTS = {"spark1": (0, "dsv41-head", "/home/mia/dsv41-3x-spark"),
+         "spark2": (1, "dsv41-worker", "/home/zurih/dsv41-3x-spark"),
+         "spark3": (2, "dsv41-worker", "/home/zurih/dsv41-3x-spark")}
+SWITCH = ("DSV41_ENGRAM_PREFETCH", "1")
+# These tests exercise the engine plays; the node preflight that every entry playbook imports has its own tests.
+BASE = {"preflight_skip": True}
+# Tasks that run on the controller only: a run of nothing but these has not touched a host.
+CONTROLLER_ONLY = {"assert", "validate_argument_spec", "debug", "set_fact", "include_role", "include_tasks", "fail"}
+
+
+def serving_env(**extra: str) -> dict:
+    env = yaml.safe_load((ROOT / "inventory/testbed/group_vars/all/engine.yml").read_text())["engine_env"]
+    env.update(extra)
+    return env
+
+
+def with_switch() -> dict:
+    return dict(BASE, engine_env=serving_env(**dict([SWITCH])))
+
+
+def node(name: str):
+    return testinfra.get_host(f"ssh://{name}", ssh_config=str(state_dir() / "ssh" / "config"))
+
+
+def inspect(name: str) -> dict | None:
+    _, container, _ = HOSTS[name]
+    out = node(name).run(f"docker container inspect {container}")
+    return json.loads(out.stdout)[0] if out.rc == 0 else None
+
+
+def env_of(container: dict) -> dict:
+    return dict(item.split("=", 1) for item in container["Config"]["Env"])
+
+
+def results(run, task: str) -> dict:
+    return {r["_host"]: r for r in run.results(task=task) if r["_event"] != "runner_on_skipped"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def own_runs_dir():
+    """Run folders of this module's playbooks in a folder of this testbed's own: the harness finds a run's
+    folder as the newest new one, and engineers on other testbeds write into runs/ at the same time."""
+    old = os.environ.get("SPARKFLEET_RUNS_DIR")
+    os.environ["SPARKFLEET_RUNS_DIR"] = str(ROOT / "runs" / f"testbed-{os.environ.get('SPARKFLEET_TESTBED_ID') or '0'}")
+    os.makedirs(os.environ["SPARKFLEET_RUNS_DIR"], exist_ok=True)
+    yield
+    if old is None:
+        os.environ.pop("SPARKFLEET_RUNS_DIR")
+    else:
+        os.environ["SPARKFLEET_RUNS_DIR"] = old
+
+
+@pytest.fixture(scope="module")
+def fleet_up():
+    if os.geteuid() != 0:
+        pytest.skip("the testbed needs root")
+    ensure_testbed(fresh=True)
+    run = run_playbook("engine.yml", extravars=with_switch())
+    assert run.rc == 0, run.stdout[-3000:]
+    return run
+
+
+def test_a_switch_in_engine_env_reaches_every_rank_through_one_shared_file(fleet_up):
+    shared_digests = set()
+    for name, (rank, container, recipe) in HOSTS.items():
+        c = inspect(name)
+        assert c and c["State"]["Running"], name
+        env = env_of(c)
+        assert env[SWITCH[0]] == SWITCH[1], name
+        assert env["NODE_RANK"] == str(rank) and env["MEM_FRACTION_STATIC"] == "0.95"
+        assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:False" and env["SIM_TIME_SCALE"] == "0.05"
+        host = node(name)
+        shared = host.file(f"{recipe}/sparkfleet.env")
+        assert f"{SWITCH[0]}={SWITCH[1]}\n" in shared.content_string and "NODE_RANK" not in shared.content_string
+        shared_digests.add(hashlib.sha256(shared.content).hexdigest())
+        assert host.file(f"{recipe}/sparkfleet-rank.env").content_string.endswith(
+            f"MEM_FRACTION_STATIC=0.95\nNODE_RANK={rank}\n")
+        log = host.run(f"docker logs {container}").stdout
+        assert "Engram prefetch ARMED" in log, f"{name}: the switch did not reach the engine"
+    assert len(shared_digests) == 1, "the shared env file must be byte-identical on every node"
+
+
+def test_a_second_converge_changes_nothing(fleet_up):
+    before = {name: inspect(name)["Id"] for name in HOSTS}
+    run = run_playbook("engine.yml", extravars=with_switch())
+    assert run.rc == 0, run.stdout[-3000:]
+    assert run.changed() == []
+    assert {name: inspect(name)["Id"] for name in HOSTS} == before
+    assert {r["_host"]: r["action"] for r in run.results(module="engine_container")} == dict.fromkeys(HOSTS, "none")
+
+
+def test_check_mode_shows_the_drift_and_changes_nothing(fleet_up):
+    before = {name: (inspect(name)["Id"], node(name).file(f"{HOSTS[name][2]}/sparkfleet.env").content)
+              for name in HOSTS}
+    run = run_playbook("engine.yml", extravars=dict(BASE, engine_env=serving_env()), check=True, diff=True)
+    assert run.rc == 0, run.stdout[-3000:]
+    plans = results(run, "Compare this rank's engine container")
+    for name in HOSTS:
+        assert plans[name]["changed"] and plans[name]["action"] == "recreate"
+        assert plans[name]["differences"] == [{"what": "env", "key": SWITCH[0], "desired": "0", "actual": SWITCH[1]}]
+    assert {h for h, t in run.changed() if t.startswith("Render the env files")} == set(HOSTS)
+    assert "Would boot every rank" in run.stdout
+    assert {name: (inspect(name)["Id"], node(name).file(f"{HOSTS[name][2]}/sparkfleet.env").content)
+            for name in HOSTS} == before
+
+
+def test_a_hand_started_worker_shows_in_drift_and_is_recreated(fleet_up):
+    # The recipe's launch line by hand, without the switch.
+    hand = ("docker rm -f dsv41-worker && docker run -d --name dsv41-worker --network host --ipc host "
+            "-e NODE_RANK=1 -e TP_SIZE=3 -e HEAD_IP=10.213.{id}.11 -e DIST_PORT=20000 -e SIM_TIME_SCALE=0.05 "
+            "-v /home/zurih/dsv41-3x-spark/engram:/engram -v dsv41-weights:/models/DeepSeek-V4.1-Flash:ro "
+            "-v /home/zurih/.cache:/root/.cache -v /home/zurih/dsv41-3x-spark/state:/state dsv41-3x-spark:local run")
+    node("spark2").check_output(hand.format(id=os.environ.get("SPARKFLEET_TESTBED_ID", "0") or "0"))
+
+    drift = run_playbook("drift.yml", extravars=dict(with_switch(), drift_roles=["engine_env", "engine"]))
+    assert drift.rc == 0, drift.stdout[-3000:]
+    rows = {(host, row["item"]): row for host, items in
+            json.loads(Path(drift.run_dir, "drift.json").read_text())["items"].items() for row in items}
+    env_row = rows[("spark2", "engine dsv41-worker env (docker inspect)")]
+    assert env_row["drifted"] and f"{SWITCH[0]}=(absent)" in env_row["actual"]
+    across = rows[("spark2", "engine dsv41-worker env across ranks")]
+    assert across["drifted"] and f"{SWITCH[0]}=(absent) (rank 0: {SWITCH[1]})" in across["actual"]
+    assert not rows[("spark3", "engine dsv41-worker env (docker inspect)")]["drifted"]
+    assert not rows[("spark2", "engine_env sparkfleet.env")]["drifted"], "the files are right; the container is not"
+
+    run = run_playbook("engine.yml", extravars=with_switch())
+    assert run.rc == 0, run.stdout[-3000:]
+    started = results(run, "Start the workers' engines first")
+    assert started["spark2"]["action"] == "recreate"
+    assert {"what": "env", "key": SWITCH[0], "desired": SWITCH[1], "actual": None} in started["spark2"]["differences"]
+    assert started["spark3"]["action"] == "start", "the other worker is restarted, not recreated"
+    replaced = Path(run.run_dir, "boot-logs", "spark2-rank1-dsv41-worker.replaced.log").read_text()
+    assert "dsv41 boot: rank=1" in replaced, "the hand-started container's log is kept before it is removed"
+    assert env_of(inspect("spark2"))[SWITCH[0]] == SWITCH[1]
+    clean = run_playbook("drift.yml", extravars=dict(with_switch(), drift_roles=["engine_env", "engine"]))
+    items = json.loads(Path(clean.run_dir, "drift.json").read_text())["items"]
+    assert [r for rows_ in items.values() for r in rows_ if r["drifted"]] == []
+
+
+def test_a_restart_boots_the_workers_before_the_head_and_keeps_every_log(fleet_up):
+    run = run_playbook("engine.yml", extravars=dict(with_switch(), engine_state="restarted"))
+    assert run.rc == 0, run.stdout[-3000:]
+    order = [(ev["event_data"]["task"], ev["event_data"]["host"]) for ev in run.events
+             if ev.get("event") == "runner_on_ok" and ev["event_data"].get("task", "").startswith("Start the")]
+    assert [h for _, h in order] in (["spark2", "spark3", "spark1"], ["spark3", "spark2", "spark1"])
+    started = {name: inspect(name)["State"]["StartedAt"] for name in HOSTS}
+    assert max(started["spark2"], started["spark3"]) < started["spark1"]
+    head = results(run, "Start the head's engine")["spark1"]
+    assert head["ready"] is True and "Ready: API on port 8888 (rank 0)" in head["ready_line"]
+    for name, (rank, container, _) in HOSTS.items():
+        log = Path(run.run_dir, "boot-logs", f"{name}-rank{rank}-{container}.log").read_text()
+        assert f"dsv41 boot: rank={rank} tp=3" in log
+    record = run.record()
+    assert record["outcome"] == "ok"
+    assert {r["host"] for r in record["results"] if r["module"] == "engine_container"} == set(HOSTS)
+
+
+def test_a_failed_boot_keeps_every_log_and_names_the_rank(fleet_up):
+    failing = dict(with_switch(), engine_env_per_rank={"NODE_RANK": "{{ fleet_rank }}",
+                                                       "MEM_FRACTION_STATIC": {"0": "0.99"}})
+    run = run_playbook("engine.yml", extravars=failing)
+    assert run.rc != 0
+    failures = {f["host"]: f["msg"] for f in run.record()["failures"]
+                if f["task"].endswith("Name the rank that failed to boot")}
+    assert list(failures) == ["spark1"]
+    assert failures["spark1"].startswith("rank 0 (spark1, dsv41-head) failed to boot: ")
+    assert "NV_ERR_NO_MEMORY" in failures["spark1"]
+    lines = results(run, "Show the last log lines of a rank that failed")["spark1"]["msg"]
+    assert any("mem_fraction_static=0.99" in line for line in lines)
+    logs = {p.name for p in Path(run.run_dir, "boot-logs").iterdir()}
+    assert {"spark1-rank0-dsv41-head.log", "spark2-rank1-dsv41-worker.log", "spark3-rank2-dsv41-worker.log"} <= logs
+    assert "NV_ERR_NO_MEMORY" in Path(run.run_dir, "boot-logs", "spark1-rank0-dsv41-head.log").read_text()
+    assert not any(inspect(name)["State"]["Running"] for name in HOSTS), "the waiting workers are stopped"
+    recovered = run_playbook("engine.yml", extravars=with_switch())
+    assert recovered.rc == 0, recovered.stdout[-3000:]
+    assert all(inspect(name)["State"]["Running"] for name in HOSTS)
+
+
+@pytest.mark.parametrize("extravars, text", [
+    ({"engine_env_per_rank": {"NODE_RANK": "{{ fleet_rank }}", "MEM_FRACTON_STATIC": {"0": "0.9"}}},
+     "engine_env_per_rank has an unknown key MEM_FRACTON_STATIC"),
+    ({"engine_env": serving_env(EXTRA_SGLANG_ARGS="--enable-metrics\n--x")},
+     "engine_env.EXTRA_SGLANG_ARGS contains a newline"),
+    ({"engine_env": serving_env(**{"DSV41_X=1": "1"})}, "engine_env key 'DSV41_X=1' is not a variable name"),
+    ({"engine_image": "dsv41-3x-spark :local"}, "is not a docker image reference"),
+    ({"engine_ready_timeout_s": 0}, "engine_ready_timeout_s must be more than 0 seconds, got 0"),
+], ids=["unknown-per-rank-key", "newline-in-value", "equals-in-key", "image-with-space", "ready-timeout-0"])
+def test_bad_input_is_refused_before_any_host_is_touched(fleet_up, extravars, text):
+    before = {name: (inspect(name)["Id"], node(name).file(f"{HOSTS[name][2]}/sparkfleet.env").content)
+              for name in HOSTS}
+    run = run_playbook("engine.yml", extravars=dict(BASE, **extravars))
+    assert run.rc != 0
+    assert text in run.stdout
+    touched = [(ev["event_data"]["host"], ev["event_data"]["task"]) for ev in run.events
+               if ev.get("event") in ("runner_on_ok", "runner_on_failed")
+               and ev["event_data"].get("host") in HOSTS
+               and ev["event_data"].get("task_action", "").rsplit(".", 1)[-1] not in CONTROLLER_ONLY]
+    assert touched == []
+    assert {name: (inspect(name)["Id"], node(name).file(f"{HOSTS[name][2]}/sparkfleet.env").content)
+            for name in HOSTS} == before
