@@ -88,8 +88,9 @@ def main() -> None:
         checkpoint = corrupted_copy(checkpoint, os.path.join(host_dir, "checkpoint-private"),
                                     spec["checkpoint_corrupt"])
     if spec.get("export_unreadable"):
-        # Like an export without crossmnt: the worker's mount of the head's export is refused.
-        os.rmdir(target)
+        # Like an export without crossmnt: the worker's mount of the head's export is refused (the docker
+        # stand-in answers "permission denied" for an export it cannot reach).
+        os.makedirs(os.path.dirname(target), exist_ok=True)
     else:
         os.makedirs(target, exist_ok=True)
         bind(checkpoint, target, readonly=True)
