@@ -27,6 +27,7 @@ FIELDS: dict[str, tuple[bool, tuple, str]] = {
     "timing_valid": (False, (bool,), "false when the change invalidates timings (never kept on speed)"),
     "repeat_boot": (False, (bool,), "measure a matched repeat boot too"),
     "notes": (False, (str,), "free text"),
+    "includes": (False, (list,), "experiments a combination stands for (ladder.yml writes it)"),
 }
 
 
