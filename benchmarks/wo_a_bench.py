@@ -22,7 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -175,31 +175,54 @@ def full_shape_check(groups: int, m: int, twin: K.Twin, w_bf16: torch.Tensor, ge
 # ------------------------------------------------------------------------------------------ sweep
 
 
-def sweep_candidates(m: int) -> list[K.KernelConfig]:
+def sweep_candidates(m: int, groups: int = 4) -> list[K.KernelConfig]:
+    """Round-2 candidates: the acc-scale kernel (block scales on the fp32 partials) and round 1's
+    kernel around its best tiles, over split-K, warps and stages, plus the dispatcher's current
+    configuration for this M (so the sweep can only improve on it)."""
     out = []
-    if m <= K.SMALL_MAX_M:
-        # x @ W^T on wgmma (x padded to 64 rows, W dequantised into shared memory as the B operand)
-        for br, bk, split, warps, stages in itertools.product((64, 128, 256), (128, 256), (2, 4, 8, 16), (4, 8),
-                                                              (2, 3, 4)):
-            out.append(K.KernelConfig(64, br, bk, split, warps, stages, False, True))
-        # W @ x^T with W as the register operand
-        for br, split, warps, stages in itertools.product((64, 128), (4, 8, 16), (4, 8), (2, 3, 4)):
-            out.append(K.KernelConfig(16, br, 128, split, warps, stages, False, False))
-        if m <= 2:
-            for br, bk, split, warps in itertools.product((32, 64), (128, 256), (4, 8, 16), (4, 8)):
-                out.append(K.KernelConfig(1 << (m - 1).bit_length(), br, bk, split, warps, 1, False, False, True))
+    try:
+        out.append(K.default_config(m, groups, R, D))
+    except ValueError:
+        pass
+    acc = dict(acc_scale=True)
+    if m == 1:
+        for split in (8, 16):
+            out.append(K.KernelConfig(1, 32, 128, split, 8, 1, fma=True))
+        for br, split in itertools.product((64, 128), (8, 16)):
+            out.append(K.KernelConfig(16, br, 128, split, 4, 2, **acc))
+    elif m <= 16:
+        for br, bk, warps, stages, split in itertools.product((64, 128), (128, 256), (4, 8), (2, 3), (4, 8, 16)):
+            out.append(K.KernelConfig(16, br, bk, split, warps, stages, **acc))
+        for stages, split in itertools.product((2, 3), (4, 8, 16)):
+            out.append(K.KernelConfig(16, 64, 128, split, 4, stages))
     else:
         p2 = 1 << (m - 1).bit_length()
-        bms = sorted({min(max(16, p2), 128), min(max(16, p2 // 2), 128), 64})
-        for bm, br, split, warps, stages, swap in itertools.product(bms, (64, 128, 256), (1, 2, 4, 8), (4, 8), (2, 3),
-                                                                    (False, True)):
-            out.append(K.KernelConfig(bm, br, 128, split, warps, stages, False, swap))
-    return [c for c in out if c.fits(R, D)]
+        bm = min(max(16, p2), 128)
+        for br, swap, split in itertools.product((64, 128), (False, True), (2, 4, 8)):
+            out.append(K.KernelConfig(bm, br, 128, split, 4 if br == 64 else 8, 3, swap_ab=swap, **acc))
+        base = K.default_config(m, groups, R, D)
+        for split in (1, 2, 4, 8):
+            out.append(replace(base, split_k=split))
+    seen, uniq = set(), []
+    for c in out:
+        if c.fits(R, D) and c not in seen:
+            seen.add(c)
+            uniq.append(c)
+    return uniq
+
+
+def bucket_of(m: int) -> int:
+    """The swept M whose best configuration serves this M."""
+    if m == 1:
+        return 1
+    if m <= 16:
+        return 8
+    return m
 
 
 def compile_key(c: K.KernelConfig, m: int) -> tuple:
     mclass = 1 if m == 1 else (16 if m % 16 == 0 else 0)
-    return tuple(sorted({**asdict(c), "split_k": c.split_k > 1}.items())) + (mclass,)
+    return tuple(sorted(asdict(c).items())) + (mclass,)  # split-K is a compile-time constant
 
 
 def _compile_worker(tasks):
@@ -266,6 +289,20 @@ def measure(groups, ms, sets, replays, repeats, gen, twins, w_bf16, xs_all, conf
     return rows
 
 
+def profile_one(args) -> int:
+    groups, m = args.groups[0], args.ms[0]
+    chosen = json.loads(Path(args.profile_from).read_text()).get("chosen", {}).get(str(groups), {})
+    cfg = K.KernelConfig(**chosen[str(m)]) if str(m) in chosen else None
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    twins = [random_twin(groups, gen) for _ in range(8)]
+    x = random_x(m, groups, gen)
+    for i in range(30):
+        K.wo_a(x, twins[i % 8], config=cfg)
+    torch.cuda.synchronize()
+    print("profiled", groups, m, cfg)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="wo_a_bench.json")
@@ -278,10 +315,17 @@ def main() -> int:
     ap.add_argument("--sweep", action="store_true", help="also time candidate configs and report the best")
     ap.add_argument("--sweep-ms", type=int, nargs="+", default=None)
     ap.add_argument("--sweep-groups", type=int, nargs="+", default=None)
+    ap.add_argument("--mid-sweep-groups", type=int, nargs="+", default=[4],
+                    help="groups whose M > 16 sizes are swept (others reuse their tiles, split-K rescaled)")
     ap.add_argument("--workers", type=int, default=min(14, os.cpu_count() or 1))
     ap.add_argument("--deadline", type=float, default=420.0, help="seconds after start when the sweep stops")
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--profile-from", default=None,
+                    help="results JSON of a sweep: only run its chosen config for --groups[0], --ms[0] "
+                         "30 times (a target for ncu) and exit")
     args = ap.parse_args()
+    if args.profile_from:
+        return profile_one(args)
     if args.sets < 8:
         ap.error("--sets must be at least 8 so that L2 cannot hold the weights")
     t0 = time.time()
@@ -298,7 +342,9 @@ def main() -> int:
         tasks, seen = [], set()
         for g in args.sweep_groups or args.groups:
             for m in sweep_ms:
-                for c in sweep_candidates(m):
+                if m > 16 and g not in args.mid_sweep_groups:
+                    continue
+                for c in sweep_candidates(m, g):
                     key = compile_key(c, m)
                     if key not in seen:
                         seen.add(key)
@@ -313,6 +359,7 @@ def main() -> int:
     info["copy_bandwidth_GBps"] = copy_bw / 1e9
     print(f"copy bandwidth (read+write) {copy_bw / 1e9:.0f} GB/s", flush=True)
 
+    best_any = {}
     for groups in args.groups:
         twins = [random_twin(groups, gen) for _ in range(args.sets)]
         w_bf16 = [K.dequantize(t) for t in twins]
@@ -325,9 +372,11 @@ def main() -> int:
               flush=True)
         if args.sweep and groups in (args.sweep_groups or args.groups):
             for m in args.sweep_ms or args.ms:
+                if m > 16 and groups not in args.mid_sweep_groups:
+                    continue
                 x0 = xs_all[m][0]
                 ref = torch.einsum("tgd,grd->tgr", x0.double(), w_bf16[0].double())
-                for cfg in sweep_candidates(m):
+                for cfg in sweep_candidates(m, groups):
                     if time.time() - t0 > args.deadline:
                         break
                     if compile_key(cfg, m) in failed:
@@ -352,11 +401,29 @@ def main() -> int:
                     c = t["config"]
                     print(f"sweep G={groups} M={m}: {t['kernel_us']:.2f} us  m{c['block_m']} r{c['block_r']} "
                           f"k{c['block_k']} s{c['split_k']} w{c['num_warps']} st{c['num_stages']}"
-                          f"{' bf16' if c['bf16_scale'] else ''}{' swap' if c['swap_ab'] else ''}", flush=True)
-        rows = measure(groups, args.ms, args.sets, args.replays, args.repeats, gen, twins, w_bf16, xs_all)
+                          f"{' bf16' if c['bf16_scale'] else ''}{' swap' if c['swap_ab'] else ''}"
+                          f"{' fma' if c['fma'] else ''}{' acc' if c.get('acc_scale') else ''}", flush=True)
+        for b, (_, cfg) in best.items():
+            best_any.setdefault(b, (groups, cfg))
+        chosen = None
+        if best or best_any:
+            # final rows on the best configuration found for each M's bucket (same kernels the table gets)
+            chosen = {}
+            for m in args.ms:
+                b = bucket_of(m)
+                if b in best and best[b][1].fits(R, D):
+                    chosen[m] = best[b][1]
+                elif b in best_any:  # swept at another G only: same tiles, split scaled to keep the grid
+                    other_g, cfg = best_any[b]
+                    split = max(1, cfg.split_k * other_g // groups)
+                    while split > 1 and not replace(cfg, split_k=split).fits(R, D):
+                        split //= 2
+                    chosen[m] = replace(cfg, split_k=split)
+            result.setdefault("chosen", {})[groups] = {m: asdict(c) for m, c in chosen.items()}
+        rows = measure(groups, args.ms, args.sets, args.replays, args.repeats, gen, twins, w_bf16, xs_all, chosen)
         for row in rows:
             m = row["M"]
-            chk = full_shape_check(groups, m, twins[0], w_bf16[0], gen)
+            chk = full_shape_check(groups, m, twins[0], w_bf16[0], gen, (chosen or {}).get(m))
             row.update(chk)
             if m in best:
                 row["best_sweep_us"], row["best_sweep_config"] = best[m][0], asdict(best[m][1])
@@ -401,7 +468,7 @@ def markdown(result: dict) -> str:
                      f"{r['rel_err_vs_fp64']:.1e} | {'yes' if det else 'NO'} | "
                      f"{c['block_m']},{c['block_r']},{c['block_k']},{c['split_k']},{c['num_warps']},"
                      f"{c['num_stages']}{',bf16' if c['bf16_scale'] else ''}{',swap' if c['swap_ab'] else ''}"
-                     f"{',fma' if c['fma'] else ''} |")
+                     f"{',fma' if c['fma'] else ''}{',acc' if c.get('acc_scale') else ''} |")
     lines.append("")
     lines.append(f"GB10 projection per decode step ({LAYERS} layers; per layer the larger of the byte time at "
                  f"{GB10_BANDWIDTH / 1e9:.0f} GB/s and the H200 time scaled by SMs x clock, "

@@ -8,12 +8,14 @@ the uint8 exponent ``e + 127``); it is only built when it reproduces the bf16 we
 the kernels compute the same products as the einsum from half the bytes.
 
 Public API: :class:`Twin`, :func:`build_twin`, :func:`twin_from_checkpoint`, :func:`twin_weights`,
-:func:`dequantize`, :func:`wo_a`, :func:`select_path`, :class:`KernelConfig`.
+:func:`dequantize`, :func:`wo_a`, :func:`select_path`, :func:`einsum_is_faster`, :class:`KernelConfig`.
 
 Paths (see :func:`select_path`): ``small`` for 1..8 rows (split-K with a deterministic two-level
-reduction; one row uses a CUDA-core variant, more rows the tensor cores), ``mid`` for 9..192 rows
-(per-M tile configurations), ``einsum`` otherwise (prefill, or no GPU). Every path accumulates in
-fp32 in a fixed order: results are bitwise reproducible run to run. Measurements: docs/kernels.md.
+reduction; one row uses a CUDA-core variant, more rows the tensor cores with the block scales applied
+to fp32 partial sums), ``mid`` for 9..192 rows (per-M tile configurations), ``einsum`` otherwise
+(prefill, or no GPU). On GPUs where the bf16 einsum measured faster (:data:`EINSUM_FASTER`: the H200)
+a caller that passes the bf16 weight gets the einsum for those rows. Every path accumulates in fp32
+in a fixed order: results are bitwise reproducible run to run. Measurements: docs/kernels.md.
 
 This module imports nothing from the project: it ships as a plain package in the engine image.
 """
@@ -42,6 +44,7 @@ __all__ = [
     "build_twin",
     "dequantize",
     "default_config",
+    "einsum_is_faster",
     "select_path",
     "twin_from_checkpoint",
     "twin_weights",
@@ -283,7 +286,7 @@ def _wo_a_kernel(
     stride_xm, stride_xg, stride_ym, stride_yg,
     BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
     USE_SPLIT: tl.constexpr, BF16_SCALE: tl.constexpr, SWAP_AB: tl.constexpr, FMA: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    INTERPRET: tl.constexpr, SPLIT: tl.constexpr,
 ):
     """One program: rows [r0, r0 + BLOCK_R) of group g, tokens [m0, m0 + BLOCK_M), and one K range.
 
@@ -375,8 +378,101 @@ def _wo_a_kernel(
         tl.debug_barrier()
         arrived = tl.atomic_add(sem_ptr + tile, 1, sem="acq_rel", scope="gpu")
         if arrived == split_k - 1:
+            # unrolled over the compile-time split count: every partial load is in flight at once
             total = tl.zeros([BLOCK_R, BLOCK_M], dtype=tl.float32)
-            for s in range(0, split_k):
+            for s in tl.static_range(SPLIT):
+                total += tl.load(ws_tile + s * tile_elems + offs_t, cache_modifier=".cg")
+            tl.store(y_ptrs, total.to(tl.bfloat16), mask=y_mask)
+            tl.atomic_xchg(sem_ptr + tile, 0, sem="relaxed", scope="gpu")
+    else:
+        tl.store(y_ptrs, acc.to(tl.bfloat16), mask=y_mask)
+
+
+@triton.jit
+def _wo_a_acc_kernel(
+    x_ptr, w_ptr, e_ptr, y_ptr, ws_ptr, sem_ptr,
+    M, R, D, k_per_split, split_k,
+    stride_xm, stride_xg, stride_ym, stride_yg,
+    BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+    USE_SPLIT: tl.constexpr, SWAP_AB: tl.constexpr, INTERPRET: tl.constexpr, SPLIT: tl.constexpr,
+):
+    """Round-2 kernel: the block scale is applied to the fp32 partial sums, not to the weights.
+
+    For every 32-wide K block the dot sees the raw e4m3 values (converted to bf16, exact) and the
+    program multiplies that block's fp32 partial [BLOCK_R, BLOCK_M] by the power-of-two scale of its
+    32-row block before adding it to the accumulator (one FMA per partial element). Scaling by a power
+    of two is exact (short of a partial underflowing fp32), so the products are those of the einsum on
+    the dequantised weight; only the fixed summation grouping differs. The weight tile goes global -> shared (cp.async) -> dot-operand registers with no reshape,
+    no fp32 round trip and no bf16 store to shared memory."""
+    NKB: tl.constexpr = BLOCK_K // 32
+    NW: tl.constexpr = NKB // 4
+    pid_m = tl.program_id(0)
+    pid_gr = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    n_rt = R // BLOCK_R
+    g = pid_gr // n_rt
+    r0 = (pid_gr % n_rt) * BLOCK_R
+    k0 = pid_k * k_per_split
+    nkb_total = D // 32
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_r = tl.arange(0, BLOCK_R)
+    offs_c = tl.arange(0, 32)
+    w_ptrs = w_ptr + g * R * D + (r0 + offs_r)[:, None] * D + k0 + offs_c[None, :]
+    x_ptrs = x_ptr + offs_m[:, None].to(tl.int64) * stride_xm + g * stride_xg + k0 + offs_c[None, :]
+    m_mask = offs_m[:, None] < M
+    # one int32 word holds the exponents of four consecutive K blocks of one 32-row block
+    e_words = e_ptr.to(tl.pointer_type(tl.int32))
+    e_ptrs = e_words + (g * (R // 32) + (r0 + offs_r) // 32) * (nkb_total // 4) + k0 // 128
+
+    if SWAP_AB:
+        acc = tl.zeros([BLOCK_M, BLOCK_R], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_R, BLOCK_M], dtype=tl.float32)
+    for _ in range(0, k_per_split, BLOCK_K):
+        for wi in tl.static_range(NW):
+            word = tl.load(e_ptrs + wi)
+            for b in tl.static_range(4):
+                j = wi * 4 + b
+                w8 = tl.load(w_ptrs + j * 32, eviction_policy="evict_first")
+                xt = tl.load(x_ptrs + j * 32, mask=m_mask, other=0.0)
+                scale = (((word >> (8 * b)) & 0xFF) << 23).to(tl.float32, bitcast=True)
+                if INTERPRET:
+                    # the CPU interpreter's bf16 dot is unreliable; these operands are exact in fp32
+                    if SWAP_AB:
+                        part = tl.dot(xt.to(tl.float32), tl.trans(w8.to(tl.float32)), input_precision="ieee")
+                    else:
+                        part = tl.dot(w8.to(tl.float32), tl.trans(xt.to(tl.float32)), input_precision="ieee")
+                elif SWAP_AB:
+                    part = tl.dot(xt, tl.trans(w8.to(tl.bfloat16)))
+                else:
+                    part = tl.dot(w8.to(tl.bfloat16), tl.trans(xt))
+                if SWAP_AB:
+                    acc += part * scale[None, :]
+                else:
+                    acc += part * scale[:, None]
+        w_ptrs += BLOCK_K
+        x_ptrs += BLOCK_K
+        e_ptrs += NW
+
+    if SWAP_AB:
+        acc = tl.trans(acc)
+    offs_rr = r0 + tl.arange(0, BLOCK_R)
+    y_ptrs = y_ptr + offs_m[None, :].to(tl.int64) * stride_ym + g * stride_yg + offs_rr[:, None]
+    y_mask = offs_m[None, :] < M
+    if USE_SPLIT:
+        # Deterministic split-K as in _wo_a_kernel.
+        tile = pid_gr * tl.num_programs(0) + pid_m
+        tile_elems = BLOCK_R * BLOCK_M
+        offs_t = tl.arange(0, BLOCK_R)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
+        ws_tile = ws_ptr + tile.to(tl.int64) * split_k * tile_elems
+        tl.store(ws_tile + pid_k * tile_elems + offs_t, acc)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(sem_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if arrived == split_k - 1:
+            # unrolled over the compile-time split count: every partial load is in flight at once
+            total = tl.zeros([BLOCK_R, BLOCK_M], dtype=tl.float32)
+            for s in tl.static_range(SPLIT):
                 total += tl.load(ws_tile + s * tile_elems + offs_t, cache_modifier=".cg")
             tl.store(y_ptrs, total.to(tl.bfloat16), mask=y_mask)
             tl.atomic_xchg(sem_ptr + tile, 0, sem="relaxed", scope="gpu")
@@ -402,28 +498,37 @@ class KernelConfig:
     bf16_scale: bool = False
     swap_ab: bool = False
     fma: bool = False
+    acc_scale: bool = False  # round-2 kernel: block scales applied to fp32 partials (_wo_a_acc_kernel)
 
     def fits(self, rows: int, cols: int) -> bool:
         """Whether these tiles divide an R x D weight exactly (the kernel has no R/K masks)."""
-        if self.block_r % BLOCK or self.block_k % _K_WORD or self.split_k < 1:
+        if self.block_m < 1 or self.block_m & (self.block_m - 1) or self.block_k % _K_WORD:
             return False
-        if self.block_m & (self.block_m - 1) or self.block_m < (1 if self.fma else 16):
+        if self.block_r % BLOCK or self.split_k < 1:
+            return False
+        if self.block_m < (1 if self.fma else 16):
             return False  # tl.dot needs 16 rows; the FMA variant takes any power of two
+        if self.acc_scale and (self.fma or self.bf16_scale):
+            return False  # the round-2 kernel has neither variant
         return rows % self.block_r == 0 and cols % (self.block_k * self.split_k) == 0
 
 
-# Tuned on an NVIDIA H200 (docs/kernels.md, benchmarks/wo_a_bench.py --sweep): per bucket of M,
-# (largest M, tiles, programs per SM). split_k is derived from the SM count: the largest power of two
-# that keeps G * (R / block_r) * ceil(M / block_m) * split_k <= programs_per_sm * SMs, so the same
-# table sizes the launch for G=2 (TP4), G=4 (TP3) and for a GPU with fewer SMs (GB10: 48).
+# Tuned on an NVIDIA H200 (docs/kernels.md, benchmarks/wo_a_bench.py --sweep; round 2): per bucket of
+# M, (largest M, tiles, programs per SM). split_k is derived from the SM count: the largest power of two
+# that keeps G * (R / block_r) * ceil(M / block_m) * split_k <= programs_per_sm * SMs and stays at or
+# below the table's split_k when that is above 1 (else 16), so the same table sizes the launch for
+# G=2 (TP4), G=4 (TP3) and for a GPU with fewer SMs (GB10: 48). On the H200 this gives the measured
+# configurations: 2..16 rows split 16 at both G (1024 / 512 programs), 32 rows split 4 (G=4) / 8 (G=2).
+_ACC16 = KernelConfig(block_m=16, block_r=64, block_k=128, split_k=16, num_warps=4, num_stages=2, acc_scale=True)
 _TABLES: dict[str, tuple[tuple[int, KernelConfig, float], ...]] = {
     "small": (
         (1, KernelConfig(block_m=1, block_r=32, block_k=128, num_warps=8, num_stages=1, fma=True), 8.0),
-        (SMALL_MAX_M, KernelConfig(block_m=16, block_r=64, block_k=128, num_warps=4, num_stages=3), 2.0),
+        (SMALL_MAX_M, _ACC16, 8.0),
     ),
     "mid": (
-        (16, KernelConfig(block_m=16, block_r=64, block_k=128, num_warps=4, num_stages=3), 2.0),
-        (32, KernelConfig(block_m=32, block_r=64, block_k=128, num_warps=4, num_stages=4), 1.0),
+        (16, _ACC16, 8.0),
+        (32, KernelConfig(block_m=32, block_r=64, block_k=128, num_warps=4, num_stages=3, swap_ab=True,
+                          acc_scale=True), 2.0),
         (64, KernelConfig(block_m=64, block_r=64, block_k=128, num_warps=4, num_stages=3), 2.0),
         (128, KernelConfig(block_m=128, block_r=64, block_k=128, num_warps=8, num_stages=4, swap_ab=True), 1.0),
         (MID_MAX_M, KernelConfig(block_m=128, block_r=64, block_k=128, num_warps=8, num_stages=4), 1.0),
@@ -459,6 +564,29 @@ def select_path(m: int, groups: int, device: torch.device | str = "cuda") -> str
     return "einsum"
 
 
+# Where the bf16 einsum measured faster than every fp8 kernel (docs/kernels.md, round 2, CUDA-graph
+# replay, 16 rotated weight sets): device-name substring -> inclusive M range, for G=2 and G=4 alike.
+# On these GPUs wo_a() runs the einsum when the caller still holds the bf16 weight (it reads twice the
+# bytes, but the H200 has 5.6x GB10's bandwidth per SM-cycle and the kernels are latency-bound there).
+# Not applied without the weight (DROP: dequantising the twin per call is far slower), nor elsewhere
+# (GB10 is byte-bound: the twin's half-size read is the point). M=1 keeps the CUDA-core kernel (1.09x).
+EINSUM_FASTER: dict[str, tuple[int, int]] = {"H200": (2, MID_MAX_M)}
+
+
+@lru_cache(maxsize=None)
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
+def einsum_is_faster(m: int, device: torch.device | str = "cuda") -> bool:
+    """Whether, on this device, the bf16 einsum measured faster than the fp8 kernels for M rows."""
+    device = torch.device(device)
+    if device.type != "cuda" or _interpreting():
+        return False
+    name = _device_name(device)
+    return any(key in name and lo <= m <= hi for key, (lo, hi) in EINSUM_FASTER.items())
+
+
 def _fit(cfg: KernelConfig, rows: int, cols: int) -> KernelConfig:
     """Shrink tiles (powers of two) until they divide R x D; the GPU shapes never need it, the small
     CPU test shapes do."""
@@ -482,11 +610,12 @@ def default_config(m: int, groups: int, rows: int, cols: int, device: torch.devi
     if path == "einsum":
         raise ValueError(f"M={m} runs on the einsum path, no kernel configuration")
     base, per_sm = next((c, p) for top, c, p in _TABLES[path] if m <= top)
+    cap = base.split_k if base.split_k > 1 else 16
     cfg = _fit(base, rows, cols)
     tiles = groups * (rows // cfg.block_r) * -(-m // cfg.block_m)
     budget = per_sm * _sm_count(device)
     split = 1
-    while tiles * split * 2 <= budget and cols % (cfg.block_k * split * 2) == 0 and split < 16:
+    while tiles * split * 2 <= budget and cols % (cfg.block_k * split * 2) == 0 and split < cap:
         split *= 2
     return replace(cfg, split_k=split)
 
@@ -535,7 +664,10 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
     other strides free), returns bf16 ``[M, G, R]`` (``out`` if given, else a new contiguous tensor).
 
     ``weight`` (the bf16 copy, if still held) serves the einsum path; without it that path
-    dequantises the twin. ``path``/``config`` override the dispatcher (tests, benchmarks)."""
+    dequantises the twin. With ``weight`` and no ``path``, M rows where :func:`einsum_is_faster` holds
+    on this device run ``torch.einsum`` on the weight, exactly as the stock code does (its result is
+    returned as is, so it may be a permuted view; with ``out`` it is copied there). ``path``/``config``
+    override the dispatcher (tests, benchmarks)."""
     _check_x(x, twin)
     if out is not None:
         _check_out(out, x, twin)
@@ -545,6 +677,13 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
         chosen = "einsum"  # the kernels tile K by 128 (exponents read as int32 words)
     if chosen not in ("small", "mid", "einsum"):
         raise ValueError(f"unknown path {chosen!r}")
+    if path is None and weight is not None and chosen != "einsum" and config is None \
+            and einsum_is_faster(m, x.device):
+        if weight.dtype != torch.bfloat16 or tuple(weight.shape) != tuple(twin.values.shape):
+            raise ValueError(f"weight must be bf16 {tuple(twin.values.shape)}, "
+                             f"got {weight.dtype} {tuple(weight.shape)}")
+        y = torch.einsum("tgd,grd->tgr", x, weight)
+        return y if out is None else out.copy_(y)
     if chosen == "einsum":
         y = _einsum(x, twin, weight)
         return y if out is None else out.copy_(y)
@@ -571,13 +710,23 @@ def _launch(x: torch.Tensor, twin: Twin, cfg: KernelConfig, y: torch.Tensor) -> 
         ws = torch.empty(tiles * cfg.split_k * cfg.block_r * cfg.block_m, dtype=torch.float32, device=x.device)
     else:
         ws = y  # unused
+    if cfg.acc_scale:
+        _wo_a_acc_kernel[grid](
+            x, twin.values, twin.exponents, y, ws, twin.semaphores,
+            m, r, d, d // cfg.split_k, cfg.split_k,
+            x.stride(0), x.stride(1), y.stride(0), y.stride(1),
+            BLOCK_M=cfg.block_m, BLOCK_R=cfg.block_r, BLOCK_K=cfg.block_k,
+            USE_SPLIT=use_split, SWAP_AB=cfg.swap_ab, INTERPRET=_interpreting(), SPLIT=cfg.split_k,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
+        return y
     _wo_a_kernel[grid](
         x, twin.values, twin.exponents, y, ws, twin.semaphores,
         m, r, d, d // cfg.split_k, cfg.split_k,
         x.stride(0), x.stride(1), y.stride(0), y.stride(1),
         BLOCK_M=cfg.block_m, BLOCK_R=cfg.block_r, BLOCK_K=cfg.block_k,
         USE_SPLIT=use_split, BF16_SCALE=cfg.bf16_scale, SWAP_AB=cfg.swap_ab, FMA=cfg.fma,
-        INTERPRET=_interpreting(),
+        INTERPRET=_interpreting(), SPLIT=cfg.split_k,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return y

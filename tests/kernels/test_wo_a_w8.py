@@ -230,8 +230,13 @@ def test_dispatcher_matches_fp64_reference(groups, m, gen):
     K.KernelConfig(block_m=64, block_r=64, block_k=128, split_k=2, swap_ab=True),
     K.KernelConfig(block_m=8, block_r=32, block_k=128, split_k=4, fma=True),
     K.KernelConfig(block_m=2, block_r=64, block_k=256, split_k=1, fma=True),
+    K.KernelConfig(block_m=16, block_r=32, block_k=128, split_k=2, acc_scale=True),
+    K.KernelConfig(block_m=16, block_r=64, block_k=256, split_k=4, acc_scale=True),
+    K.KernelConfig(block_m=32, block_r=64, block_k=128, split_k=8, acc_scale=True),
+    K.KernelConfig(block_m=16, block_r=64, block_k=128, split_k=1, swap_ab=True, acc_scale=True),
+    K.KernelConfig(block_m=64, block_r=32, block_k=128, split_k=2, swap_ab=True, acc_scale=True),
 ], ids=lambda c: f"m{c.block_m}r{c.block_r}k{c.block_k}s{c.split_k}{'bf' if c.bf16_scale else ''}"
-                f"{'sw' if c.swap_ab else ''}{'fma' if c.fma else ''}")
+                f"{'sw' if c.swap_ab else ''}{'fma' if c.fma else ''}{'acc' if c.acc_scale else ''}")
 @pytest.mark.parametrize("groups", [2, 4])
 def test_configs_split_k_deterministic(cfg, groups, gen):
     twin = random_twin(groups, R_SMALL, D_SMALL, gen)
@@ -279,6 +284,32 @@ def test_select_path_boundaries(monkeypatch):
     for m, g in ((0, 4), (4, 0)):
         with pytest.raises(ValueError):
             K.select_path(m, g)
+
+
+def test_einsum_preference_by_device(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert not any(K.einsum_is_faster(m, "cpu") for m in (1, 2, 8))
+    monkeypatch.setattr(K, "_device_name", lambda device: "NVIDIA H200")
+    assert [K.einsum_is_faster(m, "cuda") for m in (1, 2, 8, 192, 193)] == [False, True, True, True, False]
+    monkeypatch.setattr(K, "_device_name", lambda device: "NVIDIA GB10")
+    assert not any(K.einsum_is_faster(m, "cuda") for m in (1, 2, 8, 192))
+
+
+@needs_kernels
+def test_einsum_preferred_only_with_the_bf16_weight(monkeypatch, gen):
+    twin = random_twin(4, R_SMALL, D_SMALL, gen)
+    w = K.dequantize(twin)
+    x = odd_x(6, 4, D_SMALL, gen)
+    monkeypatch.setattr(K, "einsum_is_faster", lambda m, device: True)
+    want = torch.einsum("tgd,grd->tgr", x, w)
+    assert torch.equal(bits(K.wo_a(x, twin, w)), bits(want))
+    out = torch.full((6, 4, R_SMALL), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    assert K.wo_a(x, twin, w, out=out) is out and torch.equal(bits(out), bits(want))
+    with pytest.raises(ValueError):
+        K.wo_a(x, twin, w.float())
+    # without the weight (DROP) or with an explicit path the kernels still run
+    assert_close_to_fp64(K.wo_a(x, twin), x, w, gen.initial_seed())
+    assert_close_to_fp64(K.wo_a(x, twin, w, path="small"), x, w, gen.initial_seed())
 
 
 @needs_kernels
