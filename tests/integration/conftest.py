@@ -114,7 +114,8 @@ def run_playbook(playbook: str, extravars: dict | None = None, check: bool = Fal
                            limit=limit, tags=tags, envvars=env, quiet=True)
     stdout = r.stdout.read()
     after = set(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else set()
-    new = sorted(after - before)
+    stem = Path(playbook).stem
+    new = sorted(d for d in after - before if d.endswith("-" + stem))
     return PlaybookRun(rc=r.rc, status=r.status, stdout=stdout, events=list(r.events),
                        run_dir=os.path.join(runs_dir, new[-1]) if new else "")
 

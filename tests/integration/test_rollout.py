@@ -1,0 +1,90 @@
+"""Maintenance-window rollouts on the testbed: failed, neutral and marker-less changes end reverted with
+the fleet proven back; a winning change is kept; a ladder keeps its winners as a verified combination;
+rollback restores a chosen run exactly."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import ROOT, ensure_testbed, run_playbook
+
+pytestmark = pytest.mark.testbed
+FIXTURES = Path(__file__).parent / "fixtures"
+INCUMBENT = ROOT / "inventory" / "testbed" / "group_vars" / "all" / "incumbent.yml"
+# The simulator at a quarter of real time: steps of ~25 ms keep the benchmark's noise near 1%.
+SLOW_SIM = 'engine_env_incumbent:\n  SIM_TIME_SCALE: "0.25"\n'
+FAST = {"rollout_types": ["prose"], "rollout_concurrency": [1], "rollout_reps": 5, "rollout_warmup": 1,
+        "rollout_max_tokens": 48, "window_confirmed": True}
+
+
+@pytest.fixture
+def serving_fleet():
+    ensure_testbed(fresh=True)
+    INCUMBENT.write_text(SLOW_SIM)
+    start = run_playbook("engine.yml")
+    assert start.rc == 0, start.stdout[-2000:]
+    yield
+    INCUMBENT.unlink(missing_ok=True)
+
+
+def containers(run_dir_record: dict) -> dict:
+    return {h: (r["env"], r["image_id"]) for h, r in run_dir_record["ranks"].items()}
+
+
+def rollout(**extra):
+    run = run_playbook("rollout.yml", extravars={**FAST, **extra})
+    result = json.loads(Path(run.run_dir, "rollout.json").read_text()) if run.run_dir else {}
+    return run, result
+
+
+def test_failed_neutral_and_markerless_changes_are_reverted(serving_fleet, host):
+    run, result = rollout(experiment_file=str(FIXTURES / "experiments" / "mem_fraction_099.yml"))
+    assert result["outcome"] == "failed" and run.rc != 0
+    assert any("NV_ERR_NO_MEMORY" in r or "failed to boot" in r for r in result["reasons"]), result["reasons"]
+    logs = sorted(p.name for p in Path(run.run_dir, "boot-logs", "candidate").glob("*.log"))
+    assert [n for n in logs if not n.endswith(".replaced.log")] == [
+        "spark1-rank0-dsv41-head.log", "spark2-rank1-dsv41-worker.log", "spark3-rank2-dsv41-worker.log"]
+    assert "NV_ERR_NO_MEMORY" in Path(run.run_dir, "boot-logs", "candidate", "spark2-rank1-dsv41-worker.log").read_text()
+    restore = json.loads(Path(run.run_dir, "restore-point.json").read_text())
+    assert result["restore_ok"] and all(r["ok"] for r in result["restored"].values())
+    for name, (env, image) in containers(restore).items():
+        now = json.loads(host(name).check_output(f"docker container inspect {restore['ranks'][name]['container']}"))[0]
+        assert sorted(now["Config"]["Env"]) == env and now["Image"] == image
+
+    run, result = rollout(experiment="folded_fence")
+    assert run.rc == 0 and result["outcome"] == "reverted", result
+    assert any("gain not shown" in r for r in result["reasons"])
+
+    run, result = rollout(experiment_file=str(FIXTURES / "experiments" / "fast_without_marker.yml"))
+    assert result["outcome"] == "failed"
+    assert any("did not print the marker [wo_a_w8_turbo] armed" in r for r in result["reasons"]), result["reasons"]
+    assert result["restore_ok"]
+
+
+def test_packing_is_kept_then_rollback_restores_the_earlier_run(serving_fleet, host):
+    run, result = rollout(experiment="pack_engram")
+    assert run.rc == 0 and result["outcome"] == "kept", result
+    assert result["decision"]["ratio"] > 1.05
+    assert "pack_engram" in INCUMBENT.read_text()
+    kept_run = Path(run.run_dir).name
+
+    run, result = rollout(experiment="block_verify")
+    assert result["outcome"] in ("reverted", "kept")
+
+    back = run_playbook("rollback.yml", extravars={"run": kept_run})
+    assert back.rc == 0, back.stdout[-2000:]
+    restore = json.loads(Path(ROOT, "runs", kept_run, "restore-point.json").read_text())
+    for name, (env, image) in containers(restore).items():
+        now = json.loads(host(name).check_output(f"docker container inspect {restore['ranks'][name]['container']}"))[0]
+        assert sorted(now["Config"]["Env"]) == env and now["Image"] == image
+
+
+def test_bad_input_stops_before_any_host_changes(testbed):
+    for extra, text in (({"experiment": "no_such_thing", "window_confirmed": True}, "unknown experiment"),
+                        ({"experiment": "folded_fence"}, "confirm the maintenance window"),
+                        ({"experiment": "wo_a_drop", "window_confirmed": True}, "needs these experiments kept first: wo_a_w8")):
+        run = run_playbook("rollout.yml", extravars=extra)
+        assert run.rc != 0 and text in run.stdout, (extra, run.stdout[-1500:])
+        assert not run.results(module="engine_container")
