@@ -59,7 +59,8 @@ integration: venv deps
 
 molecule: venv deps
 	$(BIN)/python testbed/fleet down
-	cd $(CURDIR) && for s in $$(ls molecule); do $(BIN)/molecule test -s $$s || exit 1; done
+	cd $(CURDIR) && for s in $$(ls molecule/*/molecule.yml | cut -d/ -f2); do \
+	  SPARKFLEET_RUNS_DIR=$(CURDIR)/runs $(BIN)/molecule test -s $$s || exit 1; done
 
 test: deps venv venv-kernels lint unit kernels molecule integration
 	$(BIN)/python testbed/fleet down
