@@ -187,6 +187,30 @@ def units(spec: dict) -> None:
         sh("systemctl", "start", "earlyoom.service")
 
 
+def node_packages(spec: dict) -> None:
+    """dpkg records of the kernel, driver and firmware packages this node runs (roles/package_holds holds them)."""
+    if not spec.get("kernel_release"):
+        return
+    arch = sh("dpkg", "--print-architecture").strip()
+    kernel, driver = spec["kernel_release"], spec["driver"]
+    flavour = "-open" if spec.get("driver_flavour", "open") == "open" else ""
+    major = driver.split(".")[0]
+    base, abi = (kernel.split("-") + ["0"])[:2]
+    kversion = f"{base}-{abi}.{int(abi) % 100 if abi.isdigit() else 1}"     # 7.0.0-1019-nvidia -> 7.0.0-1019.19
+    packages = [
+        (f"linux-image-{kernel}", kversion, "kernel", "Signed kernel image nvidia"),
+        (f"linux-modules-{kernel}", kversion, "kernel", "Linux kernel extra modules"),
+        (f"nvidia-driver-{major}{flavour}", f"{driver}-0ubuntu1", "restricted/misc", "NVIDIA driver metapackage"),
+        (f"nvidia-kernel-common-{major}", f"{driver}-0ubuntu1", "restricted/misc", "Shared files used with the kernel module"),
+        ("linux-firmware", "20250901.git6b0c4f8a-0ubuntu1", "misc", "Firmware for Linux kernel drivers"),
+    ]
+    with open("/var/lib/dpkg/status", "a") as fh:
+        for name, version, section, what in packages:
+            fh.write(f"\nPackage: {name}\nStatus: install ok installed\nPriority: optional\nSection: {section}\n"
+                     f"Installed-Size: 1024\nMaintainer: Ubuntu Kernel Team <kernel-team@lists.ubuntu.com>\n"
+                     f"Architecture: {arch}\nVersion: {version}\nDescription: {what} (testbed stand-in)\n")
+
+
 def autotune_caches(spec: dict) -> None:
     """Caches of an earlier boot whose per-rank digests disagree (each rank tuned in another boot)."""
     if not spec["autotune_seed"]:
@@ -210,6 +234,7 @@ def main() -> None:
     weights_volume(spec)
     background_containers(spec)
     autotune_caches(spec)
+    node_packages(spec)
     print(f"{spec['name']}: provisioned")
 
 

@@ -135,3 +135,59 @@ def test_bad_input_is_refused_before_any_host_is_touched(testbed):
     run = run_playbook("preflight.yml", limit="spark3", extravars={"fleet_fabric_address": "10.213.99.13"})
     assert run.rc != 0
     assert "no interface holds the fabric address 10.213.99.13" in json.dumps(node_results(run)["spark3"])
+
+
+# ------------------------------------------------------------------ node_updates.yml (canary first)
+
+def _update_log(host, name: str) -> str:
+    return host(name).run("cat /var/lib/testbed/apt-upgrade.log 2>/dev/null").stdout.strip()
+
+
+def _holds(host, name: str) -> list:
+    return host(name).check_output("apt-mark showhold").split()
+
+
+def test_node_updates_check_mode_shows_the_plan_and_changes_nothing(testbed, host):
+    ensure_testbed()
+    fleet("down")
+    fleet("up")
+    run = run_playbook("node_updates.yml", check=True, extravars={"node_updates_canary": "spark2"})
+    assert run.rc == 0, run.stdout[-2000:]
+    plan = run.results(task="Show the plan")[0]["msg"]
+    assert plan[0].startswith("1. canary spark2: stop its engine, upgrade")
+    assert plan[1] == "2. then one at a time, stopping at the first failure: spark1, spark3"
+    would = [r["msg"] for r in run.results(task="Show the holds check mode would change") if r.get("msg")]
+    assert would and "would hold linux-firmware, linux-image-7.0.0-1019-nvidia" in would[0]
+    for name in ("spark1", "spark2", "spark3"):
+        assert _update_log(host, name) == "" and _holds(host, name) == []
+
+
+def test_a_failing_canary_leaves_the_other_nodes_untouched(testbed, host):
+    run = run_playbook("node_updates.yml", extravars={
+        "node_updates_canary": "spark2",
+        "node_updates_upgrade_command": "sh -c 'echo E: Sub-process /usr/bin/dpkg returned an error code (1) >&2; exit 100'"})
+    assert run.rc != 0
+    assert [f["host"] for f in run.record()["failures"]] == ["spark2"]
+    touched = {h for h, _ in run.changed()}
+    assert touched == {"spark2"}, run.changed()
+    assert _holds(host, "spark2")    # the canary got as far as holding its packages
+    for name in ("spark1", "spark3"):
+        assert _update_log(host, name) == "" and _holds(host, name) == []
+
+
+def test_node_updates_roll_canary_first_then_one_at_a_time_and_record_versions(testbed, host):
+    fleet("down")
+    fleet("up")
+    run = run_playbook("node_updates.yml", extravars={"node_updates_canary": "spark3"})
+    assert run.rc == 0, run.stdout[-2000:]
+    upgrades = [r["_host"] for r in run.results(task="Upgrade this node") if r["_event"] == "runner_on_ok"]
+    assert upgrades == ["spark3", "spark1", "spark2"]
+    records = {r["host"]: r["result"]["ansible_facts"]["node_updates_result"]
+               for r in run.record()["results"] if r["task"] == "Record: node update"}
+    assert set(records) == {"spark1", "spark2", "spark3"}
+    for name, rec in records.items():
+        assert rec["packages"]["linux-image-7.0.0-1019-nvidia"] == "7.0.0-1019.19"
+        assert "nvidia-driver-580-open" in rec["held"] and rec["preflight"] == "start" and rec["smoke"] == "42"
+        assert _update_log(host, name) != ""
+    again = run_playbook("node_updates.yml", extravars={"node_updates_canary": "spark3"})
+    assert again.rc == 0 and again.changed() == []

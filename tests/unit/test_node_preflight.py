@@ -448,3 +448,19 @@ def test_parity_tie_goes_to_the_head_and_unread_hosts_are_not_differences():
     assert parity["rows"][0]["reference"] == "a" and parity["rows"][0]["values"]["spark3"] == "not read"
     assert [d["hosts"] for d in parity["differences"]] == [{"spark2": "b"}]
     assert f.preflight_parity(_hostvars({"spark1": {"kernel": "a"}}), ["spark1"], ["kernel"])["differences"] == []
+
+
+def test_package_holds_parse_keeps_installed_packages_and_their_holds():
+    spec = importlib.util.spec_from_file_location("package_holds_filters",
+                                                  ROOT / "roles/package_holds/filter_plugins/package_holds.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = ("linux-image-7.0.0-1019-nvidia\t7.0.0-1019.19\thi \n"
+           "nvidia-driver-580-open\t580.159.03-0ubuntu1\tii \n"
+           "linux-image-6.17.0-1008-nvidia\t6.17.0-1008.8\trc \n"
+           "linux-firmware\t20250901.git6b0c4f8a-0ubuntu1\tii \n"
+           "garbage line\n")
+    assert mod.package_holds_parse(out) == {
+        "linux-image-7.0.0-1019-nvidia": {"version": "7.0.0-1019.19", "held": True},
+        "nvidia-driver-580-open": {"version": "580.159.03-0ubuntu1", "held": False},
+        "linux-firmware": {"version": "20250901.git6b0c4f8a-0ubuntu1", "held": False}}
