@@ -47,18 +47,37 @@ def this_boot(name: str) -> list:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def own_runs_dir():
-    """Run folders of this module's playbooks in a folder of this testbed's own: the harness finds a run's
-    folder as the newest new one, and engineers on other testbeds write into runs/ at the same time."""
+def isolated(tmp_path_factory):
+    """This module's playbooks use their own run folders and the testbed inventory without incumbent.yml.
+
+    The harness finds a run's folder as the newest new one in runs/, and engineers on other testbeds write there
+    at the same time; playbooks/rollout.yml writes group_vars/all/incumbent.yml into the shared inventory (kept
+    experiments laid over engine_env), which would change the env these tests expect mid-run."""
     old = os.environ.get("SPARKFLEET_RUNS_DIR")
     os.environ["SPARKFLEET_RUNS_DIR"] = str(ROOT / "runs" / f"testbed-{os.environ.get('SPARKFLEET_TESTBED_ID') or '0'}")
     os.makedirs(os.environ["SPARKFLEET_RUNS_DIR"], exist_ok=True)
+    source = ROOT / "inventory" / "testbed"
+    inventory = tmp_path_factory.mktemp("inventory")
+    for name in ("hosts.yml", "host_vars"):
+        (inventory / name).symlink_to(source / name)
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    (inventory / "group_vars" / "fleet").symlink_to(source / "group_vars" / "fleet")
+    for item in (source / "group_vars" / "all").iterdir():
+        if item.name != "incumbent.yml":
+            (inventory / "group_vars" / "all" / item.name).symlink_to(item)
+    INVENTORY[0] = inventory
     yield
     if old is None:
         os.environ.pop("SPARKFLEET_RUNS_DIR")
     else:
         os.environ["SPARKFLEET_RUNS_DIR"] = old
 
+
+INVENTORY: list = [None]
+
+
+def play(playbook: str, **kwargs):
+    return run_playbook(playbook, inventory=INVENTORY[0], **kwargs)
 
 @pytest.fixture(scope="module")
 def seed():
@@ -75,7 +94,7 @@ def plan_of(run) -> dict:
 
 
 def test_disagreeing_caches_are_planned_in_check_mode_then_moved_aside_on_every_rank_together(seed):
-    checked = run_playbook("autotune.yml", extravars=keep_vars(), check=True, diff=True)
+    checked = play("autotune.yml", extravars=keep_vars(), check=True, diff=True)
     assert checked.rc == 0, checked.stdout[-3000:]
     plan = plan_of(checked)
     assert sorted(plan["invalidate"]) == sorted(seed) and plan["usable"] == []
@@ -83,7 +102,7 @@ def test_disagreeing_caches_are_planned_in_check_mode_then_moved_aside_on_every_
         assert any("no provenance recorded" in reason for reason in plan["reasons"][key])
     assert {name: keys_on(name) for name in HOSTS} == dict.fromkeys(HOSTS, seed), "check mode moved a cache"
 
-    run = run_playbook("autotune.yml", extravars=keep_vars())
+    run = play("autotune.yml", extravars=keep_vars())
     assert run.rc == 0, run.stdout[-3000:]
     moves = {r["_host"]: r for r in run.results(module="autotune_cache") if r.get("moves")}
     assert set(moves) == set(HOSTS), "every rank moves its caches in the same task"
@@ -97,7 +116,7 @@ def test_disagreeing_caches_are_planned_in_check_mode_then_moved_aside_on_every_
 
 
 def test_a_boot_with_the_keep_switch_tunes_pins_and_then_reuses_on_every_rank(seed):
-    run = run_playbook("engine.yml", extravars=keep_vars())
+    run = play("engine.yml", extravars=keep_vars())
     assert run.rc == 0, run.stdout[-3000:]
     for name in HOSTS:
         lines = this_boot(name)
@@ -106,13 +125,13 @@ def test_a_boot_with_the_keep_switch_tunes_pins_and_then_reuses_on_every_rank(se
         for key in seed:
             assert node(name).file(f"{root(name)}/{key}/sparkfleet-provenance.json").exists, (name, key)
 
-    replan = run_playbook("autotune.yml", extravars=keep_vars())
+    replan = play("autotune.yml", extravars=keep_vars())
     assert replan.rc == 0, replan.stdout[-3000:]
     plan = plan_of(replan)
     assert sorted(plan["usable"]) == sorted(seed) and plan["invalidate"] == []
     assert replan.changed() == []
 
-    restart = run_playbook("engine.yml", extravars=keep_vars(engine_state="restarted"))
+    restart = play("engine.yml", extravars=keep_vars(engine_state="restarted"))
     assert restart.rc == 0, restart.stdout[-3000:]
     for name in HOSTS:
         lines = this_boot(name)
@@ -126,7 +145,7 @@ def test_a_key_missing_on_one_rank_is_moved_aside_on_every_rank(seed):
     move that key aside and keep the other."""
     key = sorted(seed)[0]
     node("spark3").check_output(f"rm -rf {root('spark3')}/{key}")
-    run = run_playbook("autotune.yml", extravars=keep_vars())
+    run = play("autotune.yml", extravars=keep_vars())
     assert run.rc == 0, run.stdout[-3000:]
     plan = plan_of(run)
     assert plan["invalidate"] == [key] and plan["usable"] == sorted(seed - {key})
