@@ -136,6 +136,11 @@ options:
     elements: str
     choices: [kernel, kho, driver, fragmentation, fabric, gid, swap, oom_daemons, shm, clocks, kernel_log]
     default: []
+  packages:
+    description: Package name globs (kernel, driver, firmware) whose installed versions and holds are reported in C(packages).
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -217,6 +222,11 @@ parity:
   sample: {"kernel": "7.0.0-1019-nvidia", "driver": "580.159.03-open", "firmware": "rocep1s0f0 28.45.1200",
            "nccl": "2.27.7-1", "image": "sha256:0123456789a", "swap": "off", "clocks": "0-2200 MHz",
            "fragmentation": "start", "gid_index": "rocep1s0f0:3", "kho": "off"}
+packages:
+  description: Installed packages matching O(packages), with their versions and whether they are held.
+  returned: success
+  type: dict
+  sample: {"linux-image-7.0.0-1019-nvidia": {"version": "7.0.0-1019.19", "held": true}}
 read_errors:
   description: Sources that could not be read, and why.
   returned: success
@@ -255,6 +265,7 @@ def main() -> None:
             image=dict(type="str", default=""),
             checks=dict(type="list", elements="str", default=list(CHECKS), choices=list(CHECKS)),
             advisory=dict(type="list", elements="str", default=[], choices=list(CHECKS)),
+            packages=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -269,7 +280,7 @@ def main() -> None:
         clock_lock=p["clock_lock"], clock_lock_min_mhz=p["clock_lock_min_mhz"],
         clock_lock_max_mhz=p["clock_lock_max_mhz"], wedge_xids=tuple(p["wedge_xids"]),
         previous_boot_wedge=p["previous_boot_wedge"], image=p["image"], checks=tuple(p["checks"]),
-        advisory=tuple(p["advisory"]))
+        advisory=tuple(p["advisory"]), packages=tuple(p["packages"]))
     try:
         result = preflight(request)
     except PreflightError as exc:

@@ -97,6 +97,7 @@ class Request:
     page_size: int = 0                  # 0: this host's page size
     checks: tuple = CHECKS
     advisory: tuple = ()                # checks whose failure is reported as a warning and does not block
+    packages: tuple = ()                # dpkg name globs whose installed versions and holds are reported
 
 
 @dataclass
@@ -237,6 +238,16 @@ def scan_kernel_log(text: str, wedge_xids: tuple) -> list:
     return hits
 
 
+def parse_dpkg_query(text: str) -> dict:
+    """`dpkg-query -W -f '${Package}\\t${Version}\\t${db:Status-Abbrev}\\n'`: installed packages only."""
+    out = {}
+    for line in (text or "").splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 3 and len(parts[2].strip()) >= 2 and parts[2][1] == "i" and parts[2][0] in "ih":
+            out[parts[0]] = {"version": parts[1], "held": parts[2][0] == "h"}
+    return out
+
+
 def parse_ip_addr(text: str) -> dict:
     """`ip -j addr show` as {ifname: {"mtu", "up", "operstate", "ipv4": [...]}}."""
     out = {}
@@ -354,6 +365,9 @@ class Node:
             commands["journal_1"] = ["journalctl", "-k", "-b", "-1", "--no-pager", "-q", "-o", "short-iso"]
         if self.req.image:
             commands["image"] = ["docker", "image", "inspect", self.req.image]
+        if self.req.packages:
+            commands["packages"] = ["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n",
+                                    *self.req.packages]
 
         def call(argv):
             try:
@@ -882,5 +896,7 @@ def preflight(request: Request, paths: Paths = Paths(), run: Runner = default_ru
         "checks": [c.as_dict() for c in ordered],
         "lines": lines,
         "parity": parity_facts(node, checks),
+        # dpkg-query exits 1 when one pattern matches nothing; the others are still listed.
+        "packages": parse_dpkg_query(node.command("packages")[1]) if request.packages else {},
         "read_errors": node.errors,
     }

@@ -464,3 +464,14 @@ def test_package_holds_parse_keeps_installed_packages_and_their_holds():
         "linux-image-7.0.0-1019-nvidia": {"version": "7.0.0-1019.19", "held": True},
         "nvidia-driver-580-open": {"version": "580.159.03-0ubuntu1", "held": False},
         "linux-firmware": {"version": "20250901.git6b0c4f8a-0ubuntu1", "held": False}}
+
+
+def test_package_versions_and_holds_are_reported_every_run(node):
+    node.commands["dpkg-query"] = (1, "linux-image-7.0.0-1019-nvidia\t7.0.0-1019.19\thi \n"
+                                      "nvidia-driver-580-open\t580.159.03-0ubuntu1\tii \n", "no packages found matching x")
+    result = preflight(node, packages=("linux-image-*nvidia*", "nvidia-driver-*", "x"))
+    assert result["ok"] and result["packages"] == {
+        "linux-image-7.0.0-1019-nvidia": {"version": "7.0.0-1019.19", "held": True},
+        "nvidia-driver-580-open": {"version": "580.159.03-0ubuntu1", "held": False}}
+    assert ["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n", "linux-image-*nvidia*",
+            "nvidia-driver-*", "x"] in node.calls
