@@ -42,7 +42,7 @@ $(VENV)/.stamp-kernels: requirements-kernels.txt $(VENV)/.stamp
 venv-kernels: $(VENV)/.stamp-kernels
 
 lint: venv
-	$(BIN)/yamllint -s .
+	$(BIN)/yamllint .
 	$(BIN)/ansible-lint -q playbooks roles
 	$(BIN)/python -m compileall -q library module_utils plugins testbed benchmarks kernels
 	@for m in $$(ls library/*.py | xargs -n1 basename | sed 's/\.py$$//'); do \

@@ -10,7 +10,7 @@ short_description: Load one experiment of the catalog, validate it and check its
 description:
   - Reads C(experiments/<name>.yml) (or O(file)), validates it against the schema of
     C(module_utils/experiments.py), and checks that every prerequisite is kept in the incumbent.
-  - Runs on the controller (C(delegate_to: localhost) or a localhost play); reads only.
+  - "Runs on the controller (C(delegate_to: localhost) or a localhost play); reads only."
 version_added: "1.0.0"
 author: sparkfleet
 options:
