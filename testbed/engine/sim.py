@@ -58,7 +58,37 @@ def switch_on(env: dict, name: str) -> bool:
 
 
 def adapter_present(name: str) -> bool:
-    return os.path.isfile(os.path.join(ADAPTER_DIR, name))
+    """An adapter can print its markers when its file is in the image's adapter dir and, in an image that carries
+    sparkfleet's bundle manifest (roles/adapters), when the manifest lists it with that file's sha256."""
+    path = os.path.join(ADAPTER_DIR, name)
+    if not os.path.isfile(path):
+        return False
+    listed = bundle_manifest()
+    if listed is None:
+        return True                     # an image from before sparkfleet's bundles (the seed image)
+    return listed.get(f"adapter/{name}") == _file_sha256(path)
+
+
+# ---------------------------------------------------------------- sparkfleet's adapter bundle manifest
+
+BUNDLE_MANIFEST = "/opt/dsv41/sparkfleet-bundle.json"
+
+
+def bundle_manifest() -> dict | None:
+    """{bundle path: sha256} from the image's bundle manifest; None without one, {} for an unreadable one."""
+    try:
+        with open(BUNDLE_MANIFEST) as fh:
+            return {e["path"]: e["sha256"] for e in json.load(fh)["files"]}
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def _file_sha256(path: str) -> str:
+    import hashlib
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
 
 
 def meminfo() -> dict:

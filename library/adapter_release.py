@@ -1,0 +1,373 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# sparkfleet: engine image releases of adapter bundles on one node. Logic: module_utils/adapter_release.py.
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: adapter_release
+short_description: Build, test, serve, keep and roll back the engine image of an adapter bundle on one node
+description:
+  - O(state=built) makes the build context hold exactly the bundle of O(manifest) (files from O(archive) are written
+    where they differ, mode 0644; files under the directories the bundle owns, C(adapter/) and C(kernels/), that it
+    does not list are removed; the manifest goes beside the Dockerfile), then builds
+    C(<image_repo>:bundle-<12 hex of the bundle hash>) and runs the in-image test (C(docker run --rm --network none
+    --entrypoint <test_argv[0]> <tag> <test_argv[1:]>)). Nothing is built when that tag already holds a tested
+    image of the same bundle, base image and Dockerfile. A failed build or test puts the tag back where it was
+    and fails; the serving tag is never touched.
+  - O(state=serving) points O(serving_image) (the tag the engine runs, C(fleet_image)) at the release O(release)
+    names, records it in C(<state_dir>/releases.json), and keeps the O(keep_releases) releases most recently put
+    into service (always the serving one and the one it replaced); older release tags are removed. An image that
+    served before any recorded release is kept as C(<image_repo>:adopted-<12 hex of its id>), so a rollback can
+    return to it.
+  - O(state=query) reads the releases, the serving tag and the named engine containers (their image and the bundle
+    hash read from the manifest inside the running container) and can resolve O(release); it changes nothing.
+  - Restarting the engine is not this module's job (playbooks/engine.yml).
+version_added: "1.0.0"
+author: sparkfleet
+options:
+  state:
+    description: built, serving or query.
+    type: str
+    choices: [built, serving, query]
+    default: query
+  image_repo:
+    description: Repository of the release tags.
+    type: str
+    required: true
+  serving_image:
+    description: The tag the engine runs; O(state=serving) moves it.
+    type: str
+    required: true
+  state_dir:
+    description: Where the node keeps releases.json.
+    type: path
+    default: /var/lib/sparkfleet/adapters
+  context:
+    description: >-
+      The build context (the recipe checkout): required for O(state=built); with O(state=query) the result's
+      C(context) says whether its Dockerfile and base image are there.
+    type: path
+  manifest:
+    description: The bundle manifest (the C(manifest) result of M(adapter_bundle)) for O(state=built).
+    type: dict
+  archive:
+    description: >-
+      (built) The bundle archive on this node (M(adapter_bundle)'s C(archive), copied here); its files are checked
+      against O(manifest) and written into O(context) where they differ.
+    type: path
+  owner:
+    description: (built) User that owns the files written into O(context) (its primary group too).
+    type: str
+  preview:
+    description: >-
+      (built, check mode) Bundle path to text (M(adapter_bundle)'s C(preview)): content for the diff when the archive
+      is not on the node yet (a check run does not copy it). Ignored outside check mode.
+    type: dict
+  dockerfile:
+    description: The Dockerfile, relative to O(context).
+    type: str
+    default: Dockerfile
+  base_image:
+    description: The base image; empty means the Dockerfile's first FROM.
+    type: str
+    default: ""
+  test_argv:
+    description: The in-image test, run as the container's entrypoint and arguments.
+    type: list
+    elements: str
+    default: [python3, /opt/dsv41/adapter_selftest.py]
+  test_timeout_s:
+    description: Seconds the in-image test may take.
+    type: int
+    default: 600
+  build_timeout_s:
+    description: Seconds the build may take.
+    type: int
+    default: 3600
+  release:
+    description: >-
+      The release to serve (O(state=serving)) or resolve (O(state=query)): C(current), C(previous) (the one that
+      served before the last deploy), a tag (C(dsv41-3x-spark:bundle-3f9a0c1d2e4b) or C(bundle-3f9a0c1d2e4b)) or a
+      bundle hash (12 hex digits or more).
+    type: str
+    default: ""
+  action:
+    description: What O(state=serving) records (deploy moves C(previous); rollback and restore do not).
+    type: str
+    choices: [deploy, rollback, restore]
+    default: deploy
+  keep_releases:
+    description: Releases kept (by last time in service); the serving one and the one it replaced always are.
+    type: int
+    default: 3
+  pending:
+    description: >-
+      (serving, check mode only) The release's image would be built by this run first (a check run builds
+      nothing): report that the serving tag would move to it instead of failing because it does not exist yet.
+    type: bool
+    default: false
+  containers:
+    description: Engine container names O(state=query) reports on.
+    type: list
+    elements: str
+    default: [dsv41-head, dsv41-worker]
+  image_manifest:
+    description: Where images carry the bundle manifest.
+    type: str
+    default: /opt/dsv41/sparkfleet-bundle.json
+  dockerfile_lines:
+    description: (query with O(context)) Lines the Dockerfile must hold; the result's C(context.missing_lines) lists those it lacks.
+    type: list
+    elements: str
+    default: []
+attributes:
+  check_mode:
+    support: full
+    description: Reads the context, tags and record, and reports what would be removed, built, tagged or pruned.
+  diff_mode:
+    support: full
+    description: >-
+      O(state=built) shows every context file it writes or removes (text content, or size and sha256);
+      O(state=serving) shows the serving tag's release and the kept releases before and after.
+"""
+
+EXAMPLES = r"""
+- name: Build and test the bundle's image (the bundle files are already in the context)
+  adapter_release:
+    state: built
+    context: /home/mia/dsv41-3x-spark
+    manifest: "{{ bundle.manifest }}"
+    image_repo: dsv41-3x-spark
+    serving_image: dsv41-3x-spark:local
+
+- name: Serve it
+  adapter_release:
+    state: serving
+    release: "dsv41-3x-spark:bundle-{{ bundle.bundle_short }}"
+    image_repo: dsv41-3x-spark
+    serving_image: dsv41-3x-spark:local
+    keep_releases: 3
+
+- name: Roll back to the release that served before the last deploy
+  adapter_release:
+    state: serving
+    release: previous
+    action: rollback
+    image_repo: dsv41-3x-spark
+    serving_image: dsv41-3x-spark:local
+"""
+
+RETURN = r"""
+tag:
+  description: (built) The release tag of the bundle.
+  returned: state=built
+  type: str
+  sample: dsv41-3x-spark:bundle-3f9a0c1d2e4b
+bundle:
+  description: The bundle hash of the built or served release (empty for an adopted image).
+  returned: state=built or state=serving
+  type: str
+  sample: 3f9a0c1d2e4b5a6978877665544332211ffeeddccbbaa99887766554433221100
+image_id:
+  description: The image id (digest) of the built or served release.
+  returned: state=built or state=serving
+  type: str
+  sample: sha256:0d6f...
+base_image:
+  description: (built) The base image and its id.
+  returned: state=built
+  type: str
+  sample: lmsysorg/sglang:dev-dsv41
+base_id:
+  description: (built) The base image's id.
+  returned: state=built
+  type: str
+  sample: sha256:77aa...
+build_reasons:
+  description: (built) Why the image is (or would be) built; empty when the tagged, tested image is current.
+  returned: state=built
+  type: list
+  elements: str
+  sample: [no image is tagged dsv41-3x-spark:bundle-3f9a0c1d2e4b]
+built:
+  description: (built) Whether an image was built.
+  returned: state=built
+  type: bool
+tested:
+  description: (built) Whether the in-image test ran and passed.
+  returned: state=built
+  type: bool
+test_output:
+  description: (built) The in-image test's output (also on a failed test).
+  returned: state=built
+  type: str
+  sample: "ok   manifest: bundle 3f9a0c1d2e4b, 10 files\n...\nselftest: passed (bundle 3f9a0c1d2e4b)"
+written:
+  description: (built) Context files written because they differed (in check mode, to write).
+  returned: state=built
+  type: list
+  elements: str
+  sample: [adapter/sitecustomize.py, sparkfleet-bundle.json]
+removed:
+  description: (built) Files removed from the directories the bundle owns in the context (in check mode, to remove).
+  returned: state=built
+  type: list
+  elements: str
+  sample: [adapter/old_adapter.py]
+release:
+  description: (serving) The release tag the serving tag points at after this run.
+  returned: state=serving
+  type: str
+  sample: dsv41-3x-spark:bundle-3f9a0c1d2e4b
+moved:
+  description: (serving) Whether the serving tag moved (the engine needs a restart to run it).
+  returned: state=serving
+  type: bool
+previous_release:
+  description: (serving) The release the serving tag pointed at before.
+  returned: state=serving
+  type: str
+  sample: dsv41-3x-spark:adopted-0d6f2b7c9e11
+previous_image_id:
+  description: (serving) The image id the serving tag pointed at before.
+  returned: state=serving
+  type: str
+adopted:
+  description: (serving) The tag given to a serving image that was not a recorded release, if any.
+  returned: state=serving
+  type: str
+pruned:
+  description: (serving) Release tags removed (beyond keep_releases).
+  returned: state=serving
+  type: list
+  elements: str
+pruned_archives:
+  description: (serving) Bundle archives removed from C(<state_dir>/bundles) (their release is no longer kept).
+  returned: state=serving
+  type: list
+  elements: str
+releases:
+  description: The kept releases, most recently served first.
+  returned: state=serving or state=query
+  type: list
+  elements: dict
+  sample: [{tag: dsv41-3x-spark:bundle-3f9a0c1d2e4b, bundle: 3f9a..., image_id: sha256:0d6f..., adopted: false}]
+serving_image_id:
+  description: (query) The image id the serving tag points at.
+  returned: state=query
+  type: str
+current:
+  description: (query) The release the serving tag points at (null when it is not a recorded release).
+  returned: state=query
+  type: dict
+previous:
+  description: (query) The release that served before the last deploy.
+  returned: state=query
+  type: dict
+containers:
+  description: (query) Each engine container found - name, status, image, image_id, tags, release, tag, bundle (read
+    inside the running container), note.
+  returned: state=query
+  type: list
+  elements: dict
+  sample: [{name: dsv41-head, status: running, image_id: sha256:0d6f..., tag: dsv41-3x-spark:bundle-3f9a0c1d2e4b,
+            bundle: 3f9a...}]
+resolved:
+  description: (query) The release O(release) names, or null (see resolve_error).
+  returned: state=query
+  type: dict
+context:
+  description: >-
+    (query with O(context)) path, dockerfile, exists, base_image, base_id (null when the base image is not on the
+    node), missing_lines, problems (sentences; empty when a build can start).
+  returned: state=query and O(context) is given
+  type: dict
+  sample: {path: /home/mia/dsv41-3x-spark, exists: true, base_image: lmsysorg/sglang:dev-dsv41, base_id: sha256:77aa...,
+           missing_lines: [], problems: []}
+resolve_error:
+  description: (query) Why O(release) did not resolve.
+  returned: state=query and O(release) did not resolve
+  type: str
+"""
+
+import pwd
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.adapter_bundle import BundleError
+from ansible.module_utils.adapter_release import (
+    BuildRequest, Docker, ReleaseError, ServeRequest, build, context_view, query, serve, subprocess_runner)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            state=dict(type="str", choices=["built", "serving", "query"], default="query"),
+            image_repo=dict(type="str", required=True),
+            serving_image=dict(type="str", required=True),
+            state_dir=dict(type="path", default="/var/lib/sparkfleet/adapters"),
+            context=dict(type="path"),
+            manifest=dict(type="dict"),
+            archive=dict(type="path"),
+            owner=dict(type="str"),
+            preview=dict(type="dict"),
+            dockerfile=dict(type="str", default="Dockerfile"),
+            base_image=dict(type="str", default=""),
+            test_argv=dict(type="list", elements="str", default=["python3", "/opt/dsv41/adapter_selftest.py"]),
+            test_timeout_s=dict(type="int", default=600),
+            build_timeout_s=dict(type="int", default=3600),
+            release=dict(type="str", default=""),
+            action=dict(type="str", choices=["deploy", "rollback", "restore"], default="deploy"),
+            keep_releases=dict(type="int", default=3),
+            pending=dict(type="bool", default=False),
+            containers=dict(type="list", elements="str", default=["dsv41-head", "dsv41-worker"]),
+            image_manifest=dict(type="str", default="/opt/dsv41/sparkfleet-bundle.json"),
+            dockerfile_lines=dict(type="list", elements="str", default=[]),
+        ),
+        required_if=[("state", "built", ("context", "manifest")), ("state", "serving", ("release",))],
+        supports_check_mode=True,
+    )
+    p = module.params
+    docker = Docker(subprocess_runner)
+    try:
+        if p["state"] == "built":
+            if not p["test_argv"]:
+                module.fail_json(msg="test_argv is empty: give the in-image test's command")
+            owner = None
+            if p["owner"]:
+                try:
+                    pw = pwd.getpwnam(p["owner"])
+                except KeyError:
+                    module.fail_json(msg=f"owner {p['owner']} is not a user on this node")
+                owner = (pw.pw_uid, pw.pw_gid)
+            result = build(BuildRequest(
+                context=p["context"], manifest=p["manifest"], image_repo=p["image_repo"], state_dir=p["state_dir"],
+                serving_image=p["serving_image"], dockerfile=p["dockerfile"], base_image=p["base_image"],
+                test_argv=p["test_argv"], test_timeout_s=p["test_timeout_s"], build_timeout_s=p["build_timeout_s"],
+                archive=p["archive"] or "", owner=owner,
+                preview=p["preview"] if module.check_mode else None), docker, module.check_mode)
+            if not module._diff:
+                result.pop("diff", None)
+        elif p["state"] == "serving":
+            result = serve(ServeRequest(
+                image_repo=p["image_repo"], serving_image=p["serving_image"], state_dir=p["state_dir"],
+                release=p["release"], keep_releases=p["keep_releases"], action=p["action"], pending=p["pending"]),
+                docker, module.check_mode)
+            if not module._diff or not result["changed"]:
+                result.pop("diff", None)
+        else:
+            result = query(p["image_repo"], p["serving_image"], p["state_dir"], p["containers"], docker,
+                           selector=p["release"], manifest_path=p["image_manifest"])
+            if p["context"]:
+                result["context"] = context_view(p["context"], p["dockerfile"], p["base_image"],
+                                                 p["dockerfile_lines"], docker)
+            result["changed"] = False
+    except (ReleaseError, BundleError) as exc:
+        module.fail_json(msg=exc.msg, **exc.extra)
+    except OSError as exc:
+        module.fail_json(msg=f"adapter release ({p['state']}) failed: {exc}")
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,516 @@
+"""Adapter releases on one node: the engine image built from a bundle, tested inside itself, tagged by its
+bundle hash, put into service by moving the serving tag, and kept (the last N) for rollback.
+
+Plain Python, standard library only (nodes have a bare Debian python3). The docker CLI is the only
+interface (the testbed's stand-in answers the same calls). The node's record of releases lives in
+``<state_dir>/releases.json``::
+
+    {"format": 1, "serving_image": "dsv41-3x-spark:local",
+     "releases": {"<tag>": {"tag", "bundle", "image_id", "base_image", "base_id", "dockerfile_sha256",
+                            "built_at", "tested_at", "adopted"}},
+     "history": [{"at", "action": "adopt"|"deploy"|"rollback"|"restore", "tag", "image_id", "bundle",
+                  "previous"}]}
+
+``previous`` (the rollback selector) is the release that served before the last deploy; selecting it twice
+changes nothing the second time. A release's tag is ``<repo>:bundle-<first 12 hex of the bundle hash>``; an
+image that served before sparkfleet managed releases is kept as ``<repo>:adopted-<first 12 hex of its id>``.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+from ansible.module_utils.adapter_bundle import (
+    MANIFEST_NAME, SHORT, BundleError, file_sha256, parse_manifest, read_archive, sync_context)
+
+RECORD_FORMAT = 1
+RECORD_NAME = "releases.json"
+HISTORY_KEEP = 100
+# argv, timeout -> rc, stdout, stderr
+Runner = Callable[[List[str], Optional[float]], Tuple[int, str, str]]
+
+
+class ReleaseError(Exception):
+    def __init__(self, msg: str, **extra):
+        super().__init__(msg)
+        self.msg = msg
+        self.extra = extra
+
+
+def subprocess_runner(argv: List[str], timeout: Optional[float] = None) -> Tuple[int, str, str]:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        return 124, out, f"timed out after {timeout:.0f} s"
+    except FileNotFoundError as exc:
+        return 127, "", str(exc)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def bundle_tag(repo: str, bundle: str) -> str:
+    return f"{repo}:bundle-{bundle[:SHORT]}"
+
+
+def adopted_tag(repo: str, image_id: str) -> str:
+    return f"{repo}:adopted-{image_id.split(':', 1)[-1][:SHORT]}"
+
+
+def tail(text: str, lines: int = 20) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+class Docker:
+    def __init__(self, run: Runner):
+        self._run = run
+
+    def call(self, *argv: str, timeout: Optional[float] = None) -> Tuple[int, str, str]:
+        return self._run(["docker", *argv], timeout)
+
+    def must(self, *argv: str, timeout: Optional[float] = None) -> str:
+        rc, out, err = self.call(*argv, timeout=timeout)
+        if rc != 0:
+            raise ReleaseError(f"docker {' '.join(argv)} failed (rc={rc}): {tail(err or out, 8)}",
+                               rc=rc, stdout=out, stderr=err)
+        return out
+
+    def image(self, ref: str) -> Optional[dict]:
+        rc, out, err = self.call("image", "inspect", ref)
+        if rc != 0:
+            if "No such image" in (err + out) or "No such object" in (err + out):
+                return None
+            raise ReleaseError(f"docker image inspect {ref} failed (rc={rc}): {tail(err or out, 4)}")
+        data = json.loads(out or "[]")
+        return data[0] if data else None
+
+    def image_id(self, ref: str) -> Optional[str]:
+        image = self.image(ref)
+        return image["Id"] if image else None
+
+    def container(self, name: str) -> Optional[dict]:
+        rc, out, _ = self.call("container", "inspect", name)
+        if rc != 0:
+            return None
+        data = json.loads(out or "[]")
+        return data[0] if data else None
+
+
+# ---------------------------------------------------------------- the node's record
+
+def empty_record(serving_image: str) -> dict:
+    return {"format": RECORD_FORMAT, "serving_image": serving_image, "releases": {}, "history": []}
+
+
+def load_record(state_dir: str, serving_image: str) -> dict:
+    path = os.path.join(state_dir, RECORD_NAME)
+    try:
+        with open(path) as fh:
+            record = json.load(fh)
+    except FileNotFoundError:
+        return empty_record(serving_image)
+    except ValueError as exc:
+        raise ReleaseError(f"{path} is not valid JSON ({exc}); move it away to start a new record", path=path)
+    if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
+        raise ReleaseError(f"{path} is not a format-{RECORD_FORMAT} release record; move it away", path=path)
+    record.setdefault("releases", {})
+    record.setdefault("history", [])
+    record["serving_image"] = serving_image
+    return record
+
+
+def record_text(record: dict) -> str:
+    return json.dumps(record, sort_keys=True, indent=1) + "\n"
+
+
+def save_record(state_dir: str, record: dict) -> None:
+    os.makedirs(state_dir, mode=0o755, exist_ok=True)
+    path = os.path.join(state_dir, RECORD_NAME)
+    fd, tmp = tempfile.mkstemp(prefix=f".{RECORD_NAME}.", dir=state_dir)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(record_text(record))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+        dfd = os.open(state_dir, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def activation_order(record: dict) -> List[str]:
+    """Release tags, most recently put into service first; releases never in service (built, then another node
+    failed) come after them, newest build first."""
+    last: Dict[str, int] = {}
+    for index, entry in enumerate(record["history"]):
+        if entry.get("action") in ("adopt", "deploy", "rollback", "restore"):
+            last[entry["tag"]] = index
+    return sorted(record["releases"],
+                  key=lambda tag: (last.get(tag, -1), record["releases"][tag].get("built_at") or ""), reverse=True)
+
+
+def release_of_image(record: dict, image_id: Optional[str]) -> Optional[dict]:
+    if not image_id:
+        return None
+    matches = [r for r in record["releases"].values() if r.get("image_id") == image_id]
+    matches.sort(key=lambda r: (not r.get("adopted"), r.get("built_at") or ""), reverse=True)
+    return matches[0] if matches else None
+
+
+def previous_tag(record: dict) -> Optional[str]:
+    for entry in reversed(record["history"]):
+        if entry.get("action") == "deploy":
+            return entry.get("previous")
+    return None
+
+
+def resolve(record: dict, selector: str, serving_id: Optional[str]) -> dict:
+    """The release a selector names: current, previous, a tag (full or the part after ':'), or a bundle
+    hash prefix (12 hex digits or more)."""
+    selector = (selector or "current").strip()
+    releases = record["releases"]
+    if selector == "current":
+        rel = release_of_image(record, serving_id)
+        if rel is None:
+            raise ReleaseError("the serving image is not a recorded release on this node (no deploy yet)")
+        return rel
+    if selector == "previous":
+        tag = previous_tag(record)
+        if not tag:
+            raise ReleaseError("no previous release is recorded on this node: nothing was deployed over another "
+                               "release yet")
+        if tag not in releases:
+            raise ReleaseError(f"the previous release {tag} is no longer kept on this node (adapters_keep_releases)",
+                               tag=tag)
+        return releases[tag]
+    if selector in releases:
+        return releases[selector]
+    matches = [r for t, r in releases.items() if t.split(":")[-1] == selector]
+    if not matches and re.fullmatch(r"[0-9a-f]{12,64}", selector):
+        matches = [r for r in releases.values() if (r.get("bundle") or "").startswith(selector)]
+    if len(matches) == 1:
+        return matches[0]
+    kept = ", ".join(activation_order(record)) or "none"
+    if not matches:
+        raise ReleaseError(f"release {selector!r} is not kept on this node (kept: {kept})", kept=kept)
+    raise ReleaseError(f"release {selector!r} is ambiguous on this node ({', '.join(r['tag'] for r in matches)})")
+
+
+def describe(record: dict, docker: Docker) -> List[dict]:
+    """The kept releases, newest activation first, with whether their tag still points at their image."""
+    out = []
+    for tag in activation_order(record):
+        rel = dict(record["releases"][tag])
+        rel["present"] = docker.image_id(tag) == rel.get("image_id")
+        out.append(rel)
+    return out
+
+
+# ---------------------------------------------------------------- build and test
+
+def dockerfile_base(path: str) -> str:
+    """The first FROM of a Dockerfile (options and ``AS name`` dropped)."""
+    try:
+        with open(path) as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ReleaseError(f"cannot read the Dockerfile {path}: {exc.strerror or exc}", path=path)
+    for line in text.splitlines():
+        parts = line.strip().split()
+        if parts and parts[0].upper() == "FROM":
+            args = [p for p in parts[1:] if not p.startswith("--")]
+            if args and "$" not in args[0]:
+                return args[0]
+            raise ReleaseError(f"the FROM line of {path} ({line.strip()}) uses a build argument: set base_image")
+    raise ReleaseError(f"{path} has no FROM line", path=path)
+
+
+@dataclass
+class BuildRequest:
+    context: str
+    manifest: dict
+    image_repo: str
+    state_dir: str
+    serving_image: str
+    dockerfile: str = "Dockerfile"
+    base_image: str = ""
+    test_argv: List[str] = field(default_factory=lambda: ["python3", "/opt/dsv41/adapter_selftest.py"])
+    test_timeout_s: float = 600
+    build_timeout_s: float = 3600
+    archive: str = ""                       # the bundle archive on this node (adapter_bundle's archive, copied)
+    owner: Optional[Tuple[int, int]] = None  # uid, gid of the files written into the context
+    preview: Optional[Dict[str, str]] = None  # check mode without the archive: text content for the diff
+
+
+def build(req: BuildRequest, docker: Docker, check_mode: bool) -> dict:
+    """Make the context hold exactly the bundle, then build and test its image unless a tested image of the
+    same bundle, base image and Dockerfile is already tagged. A failed build or test restores the tag."""
+    manifest = parse_manifest(req.manifest)
+    bundle = manifest["bundle"]
+    tag = bundle_tag(req.image_repo, bundle)
+    if not os.path.isdir(req.context):
+        raise ReleaseError(f"the build context {req.context} does not exist on this node", context=req.context)
+    dockerfile = os.path.join(req.context, req.dockerfile)
+    if not os.path.isfile(dockerfile):
+        raise ReleaseError(f"the build context has no {req.dockerfile} ({dockerfile})", context=req.context)
+    base_image = req.base_image or dockerfile_base(dockerfile)
+    base_id = docker.image_id(base_image)
+    if base_id is None:
+        raise ReleaseError(f"the base image {base_image} (FROM of {dockerfile}) is not on this node; nothing is "
+                           "pulled here: load it first", base_image=base_image)
+    dockerfile_sha = file_sha256(dockerfile)
+    have_archive = bool(req.archive) and os.path.isfile(req.archive)
+    if not have_archive and not check_mode:
+        raise ReleaseError(f"the bundle archive {req.archive or '(none given)'} is not on this node; copy it first",
+                           archive=req.archive)
+    contents = read_archive(req.archive, manifest) if have_archive else None
+    sync = sync_context(req.context, manifest, contents, req.owner, check_mode, req.preview)
+    record = load_record(req.state_dir, req.serving_image)
+    rel = record["releases"].get(tag)
+    tag_id = docker.image_id(tag)
+    reasons = []
+    if tag_id is None:
+        reasons.append(f"no image is tagged {tag}")
+    elif rel is None:
+        reasons.append(f"{tag} is not a recorded, tested release")
+    else:
+        if rel.get("image_id") != tag_id:
+            reasons.append(f"{tag} points at {tag_id[:19]}, not the tested {str(rel.get('image_id'))[:19]}")
+        if rel.get("bundle") != bundle:
+            reasons.append(f"{tag} holds bundle {rel.get('bundle')}")
+        if rel.get("base_id") != base_id:
+            reasons.append(f"the base image {base_image} changed ({str(rel.get('base_id'))[:19]} -> {base_id[:19]})")
+        if rel.get("dockerfile_sha256") != dockerfile_sha:
+            reasons.append(f"{req.dockerfile} changed")
+        if not rel.get("tested_at"):
+            reasons.append("the image was never tested")
+    result = {"tag": tag, "bundle": bundle, "base_image": base_image, "base_id": base_id,
+              "image_id": tag_id, "build_reasons": reasons, "built": False, "tested": False, "test_output": "",
+              "written": sync["written"], "removed": sync["removed"]}
+    changed = bool(sync["written"] or sync["removed"] or reasons)
+    if sync["written"] or sync["removed"]:
+        result["diff"] = sync["diff"]
+    if check_mode or not reasons:
+        result["changed"] = changed
+        return result
+    # Build, then test the new image; anything but a pass puts the tag back where it was.
+    rc, out, err = docker.call("build", "-t", tag, "-f", dockerfile, req.context, timeout=req.build_timeout_s)
+    if rc != 0:
+        _restore_tag(docker, tag, tag_id)
+        raise ReleaseError(f"docker build of {tag} failed (rc={rc}); the serving image is unchanged: "
+                           f"{tail(err or out, 12)}", build_output=tail(out + err, 200))
+    new_id = docker.image_id(tag)
+    result.update(built=True, image_id=new_id, build_output=tail(out + err, 40))
+    argv = req.test_argv
+    rc, out, err = docker.call("run", "--rm", "--network", "none", "--entrypoint", argv[0], tag, *argv[1:],
+                               timeout=req.test_timeout_s)
+    result["test_output"] = (out + err).rstrip()
+    result["test_rc"] = rc
+    if rc != 0:
+        _restore_tag(docker, tag, tag_id)
+        raise ReleaseError(
+            f"the in-image test of {tag} ({new_id[:19]}) failed (exit {rc}); the tag was put back and the serving "
+            f"image is unchanged. Test output: {tail(out + err, 12)}", **result)
+    result["tested"] = True
+    record["releases"][tag] = {"tag": tag, "bundle": bundle, "image_id": new_id, "base_image": base_image,
+                               "base_id": base_id, "dockerfile_sha256": dockerfile_sha, "built_at": now_iso(),
+                               "tested_at": now_iso(), "adopted": False, "files": len(manifest["files"])}
+    save_record(req.state_dir, record)
+    result["changed"] = True
+    return result
+
+
+def _restore_tag(docker: Docker, tag: str, old_id: Optional[str]) -> None:
+    if old_id:
+        docker.call("tag", old_id, tag)
+    else:
+        docker.call("rmi", tag)
+
+
+# ---------------------------------------------------------------- serving and pruning
+
+@dataclass
+class ServeRequest:
+    image_repo: str
+    serving_image: str
+    state_dir: str
+    release: str
+    keep_releases: int = 3
+    action: str = "deploy"          # deploy | rollback | restore
+    pending: bool = False           # check mode: the release's image would be built by this run first
+
+
+def serve(req: ServeRequest, docker: Docker, check_mode: bool) -> dict:
+    """Point the serving tag at a release (adopting the image it pointed at before), record it, prune."""
+    record = load_record(req.state_dir, req.serving_image)
+    before_text = record_text(record)
+    serving_id = docker.image_id(req.serving_image)
+    if check_mode and req.pending:
+        # The image does not exist yet (a check run does not build it): the tag would move to it.
+        current = release_of_image(record, serving_id)
+        was = current["tag"] if current else None
+        return {"serving_image": req.serving_image, "release": req.release, "bundle": "", "image_id": None,
+                "previous_image_id": serving_id, "previous_release": was,
+                "adopted": adopted_tag(req.image_repo, serving_id) if serving_id and not current else None,
+                "moved": True, "pruned": [], "pruned_archives": [], "changed": True,
+                "releases": [dict(record["releases"][t]) for t in activation_order(record)],
+                "diff": {"before": f"{req.serving_image} -> {was or '(not a recorded release)'} ({serving_id or 'absent'})\n",
+                         "after": f"{req.serving_image} -> {req.release} (to be built by this run)\n"}}
+    target = resolve(record, req.release, serving_id)
+    target_id = docker.image_id(target["tag"])
+    if target_id != target.get("image_id"):
+        raise ReleaseError(f"release {target['tag']} is recorded as {str(target.get('image_id'))[:19]} but the tag "
+                           f"{'is missing' if target_id is None else 'points at ' + target_id[:19]} on this node; "
+                           "deploy the bundle again to rebuild it", tag=target["tag"])
+    result = {"serving_image": req.serving_image, "release": target["tag"], "bundle": target.get("bundle") or "",
+              "image_id": target_id, "previous_image_id": serving_id, "previous_release": None,
+              "adopted": None, "moved": False, "pruned": []}
+    now = now_iso()
+    current = release_of_image(record, serving_id)
+    actions: List[Tuple[str, ...]] = []
+    if serving_id != target_id:
+        if serving_id and current is None:
+            tag = adopted_tag(req.image_repo, serving_id)
+            image = docker.image(serving_id) or {}
+            known = [t for t in image.get("RepoTags") or [] if ":bundle-" in t]
+            record["releases"][tag] = {"tag": tag, "bundle": "", "image_id": serving_id, "base_image": "",
+                                       "base_id": "", "dockerfile_sha256": "", "built_at": now, "tested_at": "",
+                                       "adopted": True, "tags_then": known}
+            record["history"].append({"at": now, "action": "adopt", "tag": tag, "image_id": serving_id,
+                                      "bundle": "", "previous": None})
+            actions.append(("tag", serving_id, tag))
+            current = record["releases"][tag]
+            result["adopted"] = tag
+        record["history"].append({"at": now, "action": req.action, "tag": target["tag"], "image_id": target_id,
+                                  "bundle": target.get("bundle") or "",
+                                  "previous": current["tag"] if current else None})
+        actions.append(("tag", target["tag"], req.serving_image))
+        result.update(moved=True, previous_release=current["tag"] if current else None)
+    else:
+        result["previous_release"] = current["tag"] if current else None
+    record["history"] = record["history"][-HISTORY_KEEP:]
+    # Keep the newest keep_releases by activation; never the one serving or the one it replaced.
+    protected = {target["tag"]} | ({result["previous_release"]} if result["previous_release"] else set())
+    order = activation_order(record)
+    keep = set(order[:max(req.keep_releases, 1)]) | protected
+    for tag in order:
+        if tag not in keep:
+            result["pruned"].append(tag)
+            del record["releases"][tag]
+            if docker.image_id(tag) is not None:
+                actions.append(("rmi", tag))
+    # Bundle archives (<state_dir>/bundles) go with their releases; one whose image failed its test goes now too.
+    bundles_dir = os.path.join(req.state_dir, "bundles")
+    kept_archives = {f"bundle-{r['bundle'][:SHORT]}.tar" for r in record["releases"].values() if r.get("bundle")}
+    stale_archives = sorted(n for n in (os.listdir(bundles_dir) if os.path.isdir(bundles_dir) else [])
+                            if n.endswith(".tar") and n not in kept_archives)
+    result["pruned_archives"] = stale_archives
+    after_text = record_text(record)
+    changed = bool(actions or stale_archives) or after_text != before_text
+    result["releases"] = [dict(record["releases"][t]) for t in activation_order(record)]
+    result["changed"] = changed
+    result["diff"] = {
+        "before": _serving_lines(req.serving_image, serving_id, current["tag"] if current else None, before_text),
+        "after": _serving_lines(req.serving_image, target_id, target["tag"], after_text)}
+    if check_mode or not changed:
+        return result
+    for act in actions:
+        docker.must(*act)
+    for name in stale_archives:
+        os.unlink(os.path.join(bundles_dir, name))
+    save_record(req.state_dir, record)
+    return result
+
+
+def _serving_lines(serving_image: str, image_id: Optional[str], tag: Optional[str], text: str) -> str:
+    kept = ", ".join(json.loads(text)["releases"]) or "none"
+    return f"{serving_image} -> {tag or '(not a recorded release)'} ({image_id or 'absent'})\nkept: {kept}\n"
+
+
+# ---------------------------------------------------------------- read-only view
+
+def running_bundle(docker: Docker, container: str, manifest_path: str) -> Tuple[Optional[str], str]:
+    """The bundle hash the running container's image carries (read inside it), and a note."""
+    rc, out, err = docker.call("exec", container, "cat", manifest_path, timeout=30)
+    if rc != 0:
+        return None, f"no {manifest_path} in the container"
+    try:
+        return parse_manifest(out)["bundle"], ""
+    except BundleError as exc:
+        return None, exc.msg
+
+
+def context_view(context: str, dockerfile: str, base_image: str, lines: List[str], docker: Docker) -> dict:
+    """What a build needs from the node, read-only: the Dockerfile, its base image on this node, required lines."""
+    path = os.path.join(context, dockerfile)
+    view = {"path": context, "dockerfile": path, "exists": os.path.isfile(path), "base_image": None,
+            "base_id": None, "missing_lines": [], "problems": []}
+    if not view["exists"]:
+        view["problems"].append(f"the build context {context} has no {dockerfile} (the recipe checkout the engine "
+                                "image is built from)")
+        return view
+    try:
+        view["base_image"] = base_image or dockerfile_base(path)
+    except ReleaseError as exc:
+        view["problems"].append(exc.msg)
+        return view
+    view["base_id"] = docker.image_id(view["base_image"])
+    if view["base_id"] is None:
+        view["problems"].append(f"the base image {view['base_image']} (FROM of {path}) is not on this node; nothing "
+                                "is pulled here: load it first")
+    with open(path) as fh:
+        have = {line.strip() for line in fh}
+    view["missing_lines"] = [line for line in lines if line.strip() not in have]
+    return view
+
+
+def query(image_repo: str, serving_image: str, state_dir: str, containers: List[str], docker: Docker,
+          selector: str = "", manifest_path: str = "/opt/dsv41/" + MANIFEST_NAME) -> dict:
+    record = load_record(state_dir, serving_image)
+    serving_id = docker.image_id(serving_image)
+    current = release_of_image(record, serving_id)
+    prev = previous_tag(record)
+    out = {"serving_image": serving_image, "serving_image_id": serving_id,
+           "current": current, "previous": record["releases"].get(prev) if prev else None,
+           "previous_tag": prev, "releases": describe(record, docker), "containers": [], "resolved": None}
+    for name in containers:
+        c = docker.container(name)
+        if c is None:
+            continue
+        image_id = c.get("Image")
+        status = (c.get("State") or {}).get("Status", "unknown")
+        image = docker.image(image_id) if image_id else None
+        tags = sorted((image or {}).get("RepoTags") or [])
+        rel = release_of_image(record, image_id)
+        bundle, note = (running_bundle(docker, name, manifest_path) if status == "running"
+                        else ((rel or {}).get("bundle") or None, "not running: bundle from the release record"))
+        out["containers"].append({
+            "name": name, "status": status, "image": (c.get("Config") or {}).get("Image"), "image_id": image_id,
+            "tags": tags, "release": rel["tag"] if rel else None,
+            "tag": (rel["tag"] if rel else None) or next((t for t in tags if ":bundle-" in t), None)
+            or (c.get("Config") or {}).get("Image"),
+            "bundle": bundle, "note": note})
+    if selector:
+        try:
+            rel = resolve(record, selector, serving_id)
+            out["resolved"] = dict(rel, present=docker.image_id(rel["tag"]) == rel.get("image_id"))
+        except ReleaseError as exc:
+            out["resolve_error"] = exc.msg
+    return out
