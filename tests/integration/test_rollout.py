@@ -13,8 +13,9 @@ from tests.integration.conftest import ROOT, ensure_testbed, run_playbook
 pytestmark = pytest.mark.testbed
 FIXTURES = Path(__file__).parent / "fixtures"
 INCUMBENT = ROOT / "inventory" / "testbed" / "group_vars" / "all" / "incumbent.yml"
-# The simulator at a quarter of real time: steps of ~25 ms keep the benchmark's noise near 1%.
-SLOW_SIM = 'engine_env_incumbent:\n  SIM_TIME_SCALE: "0.25"\n'
+# The simulator at a quarter of real time: steps of ~25 ms keep the benchmark's noise near 1%; a rank that
+# never joins fails the others' rendezvous after 20 s instead of 90.
+SLOW_SIM = 'engine_env_incumbent:\n  SIM_TIME_SCALE: "0.25"\n  SIM_RENDEZVOUS_TIMEOUT_S: "20"\n'
 FAST = {"rollout_types": ["prose"], "rollout_concurrency": [1], "rollout_reps": 5, "rollout_warmup": 1,
         "rollout_max_tokens": 48, "window_confirmed": True}
 
