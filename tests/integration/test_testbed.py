@@ -11,6 +11,7 @@ from tests.integration.conftest import ROOT, ensure_testbed, fleet, run_playbook
 
 pytestmark = pytest.mark.testbed
 ROWS = {1: 120_003, 14: 96_001}
+SUBNET = f"10.213.{os.environ.get('SPARKFLEET_TESTBED_ID') or 0}"
 
 
 def shard_bytes(n: int, rank: int, tp: int) -> int:
@@ -22,7 +23,7 @@ def test_every_host_answers_over_ssh_with_its_own_name(testbed, host):
     for index, name in enumerate(("spark1", "spark2", "spark3"), start=1):
         h = host(name)
         assert h.check_output("hostname") == name
-        assert f"10.213.0.{10 + index}" in h.check_output("hostname -I")
+        assert f"{SUBNET}.{10 + index}" in h.check_output("hostname -I")
 
 
 def test_hosts_are_isolated(testbed, host):
@@ -40,7 +41,7 @@ def test_hosts_are_isolated(testbed, host):
 def test_hosts_cannot_reach_anything_but_the_testbed(testbed, host):
     routes = host("spark1").check_output("ip route")
     assert "default" not in routes
-    assert "10.213.0.0/24" in routes
+    assert f"{SUBNET}.0/24" in routes
 
 
 def test_seed_spark2_lacks_space_for_its_tp3_shards(testbed, host):
