@@ -17,7 +17,9 @@ CORRUPTED = "model-00004-of-00048.safetensors"
 @pytest.fixture(scope="module", autouse=True)
 def plain_seed_afterwards():
     yield
-    fleet("down")   # knobs leave a testbed that ensure_testbed cannot tell from the plain seed
+    # Knobs leave a testbed that ensure_testbed cannot tell from the plain seed: leave a plain seed up.
+    fleet("down")
+    fleet("up")
 
 
 @pytest.fixture(scope="module")

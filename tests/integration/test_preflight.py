@@ -20,8 +20,10 @@ def up_with(*knobs: str) -> None:
 @pytest.fixture(scope="module", autouse=True)
 def plain_seed_afterwards():
     yield
-    # Knobs leave a seed testbed that ensure_testbed cannot tell from a plain one: take it down.
+    # Knobs leave a seed testbed that ensure_testbed cannot tell from a plain one: leave a plain seed up for the
+    # session-wide `testbed` fixture of later modules.
     fleet("down")
+    fleet("up")
 
 
 def node_results(run) -> dict:
