@@ -60,7 +60,7 @@ def test_failed_neutral_and_markerless_changes_are_reverted(serving_fleet, host)
 
     run, result = rollout(experiment_file=str(FIXTURES / "experiments" / "fast_without_marker.yml"))
     assert result["outcome"] == "failed"
-    assert any("did not print the marker [wo_a_w8_turbo] armed" in r for r in result["reasons"]), result["reasons"]
+    assert any("did not print the marker [prefetch_turbo] armed" in r for r in result["reasons"]), result["reasons"]
     assert result["restore_ok"]
 
 
