@@ -89,3 +89,17 @@ def test_bad_input_stops_before_any_host_changes(testbed):
         run = run_playbook("rollout.yml", extravars=extra)
         assert run.rc != 0 and text in run.stdout, (extra, run.stdout[-1500:])
         assert not run.results(module="engine_container")
+
+
+def test_ladder_keeps_its_winners_as_a_verified_combination(serving_fleet):
+    run = run_playbook("ladder.yml", extravars={"ladder": str(FIXTURES / "ladder-three.yml"), "window_confirmed": True})
+    ladder = json.loads(Path(run.run_dir, "ladder.json").read_text())
+    outcomes = {t["name"]: t["result"]["outcome"] for t in ladder["trials"]}
+    assert outcomes["folded_fence"] == "reverted", outcomes
+    assert "dspark_block_5" in ladder["winners"], outcomes
+    assert all(t["result"]["restore_ok"] for t in ladder["trials"])
+    assert ladder["combination"]["outcome"] == "kept", ladder["combination"]
+    kept = INCUMBENT.read_text()
+    for name in ladder["winners"]:
+        assert name in kept
+    assert "DSPARK_BLOCK_SIZE" in kept and run.rc == 0
