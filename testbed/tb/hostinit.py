@@ -21,6 +21,9 @@ import subprocess
 import sys
 
 HOST_TESTBED = "/usr/lib/sparkfleet-testbed"
+# The state folder as the host sees it: bound before the tmpfs mounts, which would hide a repository
+# (or state folder) that lives under /tmp, /root or /home.
+HOST_STATE = "/usr/lib/sparkfleet-testbed-state"
 
 
 def sh(*argv: str) -> None:
@@ -56,6 +59,11 @@ def main() -> None:
         os.makedirs(upper, exist_ok=True)
         os.makedirs(work, exist_ok=True)
         mount("overlay", "overlay", f"/{top}", f"lowerdir=/{top},upperdir={upper},workdir={work}")
+    os.makedirs(HOST_TESTBED, exist_ok=True)
+    bind(testbed_dir, HOST_TESTBED, readonly=True)
+    os.makedirs(HOST_STATE, exist_ok=True)
+    bind(state_dir, HOST_STATE)
+    state_dir, host_dir = HOST_STATE, os.path.join(HOST_STATE, "hosts", spec["name"])
     mount("tmpfs", "tmpfs", "/run", "mode=755")
     mount("tmpfs", "tmpfs", "/tmp", "mode=1777")
     mount("tmpfs", "tmpfs", "/root", "mode=700,size=64m")
@@ -63,8 +71,6 @@ def main() -> None:
     mount("tmpfs", "tmpfs", "/srv", "mode=755,size=16m")
     mount("tmpfs", "tmpfs", "/srv/archive", f"mode=755,size={spec['archive_size']}")
 
-    os.makedirs(HOST_TESTBED, exist_ok=True)
-    bind(testbed_dir, HOST_TESTBED, readonly=True)
     standins = f"{HOST_TESTBED}/standins"
     tools = {"/usr/bin/nvidia-smi": f"{standins}/nvidia_smi.py", "/usr/bin/docker": f"{standins}/docker.py",
              "/usr/sbin/update-initramfs": f"{standins}/update_initramfs.sh",

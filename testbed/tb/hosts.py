@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from . import scenarios
+from .hostinit import HOST_STATE  # noqa: E402
 from .common import (CONTROL_NS, CONTROL_PATH_DIR, CONTROLLER_ADDR, HOST_TESTBED, NS_PREFIX, REPO, SUBNET,
                      TESTBED, Layout, TestbedError, host_name, log, ns_name, run)
 
@@ -87,8 +88,9 @@ def _sshd_config(layout: Layout, spec: dict) -> Path:
     path = layout.host_dir(spec["name"]) / "sshd_config"
     path.write_text("\n".join([
         f"ListenAddress {spec['address']}", "Port 22",
-        f"HostKey {layout.ssh_dir / 'host_ed25519_key'}",
-        f"AuthorizedKeysFile {layout.ssh_dir / 'authorized_keys'}",
+        # Paths as the host sees its state folder (testbed/tb/hostinit.py binds it there).
+        f"HostKey {HOST_STATE}/ssh/host_ed25519_key",
+        f"AuthorizedKeysFile {HOST_STATE}/ssh/authorized_keys",
         "PermitRootLogin prohibit-password", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
         "UsePAM no", "StrictModes no", "UseDNS no", "PrintMotd no", "MaxSessions 64", "MaxStartups 64:30:128",
         f"PidFile /run/sshd.pid", "Subsystem sftp internal-sftp", "AcceptEnv LANG LC_*", "",
