@@ -12,7 +12,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 APT_PACKAGES := openssh-server openssh-client netcat-openbsd iproute2 util-linux
 PYTEST := $(BIN)/python -m pytest
 
-.PHONY: help deps venv venv-kernels lint unit kernels integration molecule test demo up down status clean
+.PHONY: help deps venv venv-kernels lint unit kernels integration integration-slow molecule test test-all demo up down status clean
 
 help:
 	@echo "make demo    set up, bring the seed testbed up and run the main job (pack_engram.yml) on it"
@@ -54,8 +54,13 @@ unit: venv
 kernels: venv-kernels
 	TRITON_INTERPRET=1 $(PYTEST) tests/kernels -q -m kernels
 
+# Scenario tests that take minutes each (rollouts, ladders, image releases) are marked slow: `make test`
+# leaves them to `make integration-slow` (docs/testbed.md has their figures).
 integration: venv deps
-	$(PYTEST) tests/integration -q
+	$(PYTEST) tests/integration -q -m "not slow"
+
+integration-slow: venv deps
+	$(PYTEST) tests/integration -q -m slow
 
 molecule: venv deps
 	$(BIN)/python testbed/fleet down
@@ -63,6 +68,9 @@ molecule: venv deps
 	  SPARKFLEET_RUNS_DIR=$(CURDIR)/runs $(BIN)/molecule test -s $$s || exit 1; done
 
 test: deps venv venv-kernels lint unit kernels molecule integration
+	$(BIN)/python testbed/fleet down
+
+test-all: test integration-slow
 	$(BIN)/python testbed/fleet down
 
 up: venv deps

@@ -123,6 +123,7 @@ def test_bad_input_fails_before_any_node_changes(testbed, host, sources, tmp_pat
 
 # ---------------------------------------------------------------- the release cycle on one fresh testbed
 
+@pytest.mark.slow
 def test_deploy_change_failing_test_and_rollback(fresh_testbed, host, sources, tmp_path):
     adapter, kernels = sources
     views = lambda: {name: rank_view(host(name), c) for name, c in HOSTS.items()}  # noqa: E731

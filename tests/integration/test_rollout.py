@@ -40,6 +40,7 @@ def rollout(**extra):
     return run, result
 
 
+@pytest.mark.slow
 def test_failed_neutral_and_markerless_changes_are_reverted(serving_fleet, host):
     run, result = rollout(experiment_file=str(FIXTURES / "experiments" / "mem_fraction_099.yml"))
     assert result["outcome"] == "failed" and run.rc != 0
@@ -64,6 +65,7 @@ def test_failed_neutral_and_markerless_changes_are_reverted(serving_fleet, host)
     assert result["restore_ok"]
 
 
+@pytest.mark.slow
 def test_packing_is_kept_then_rollback_restores_the_earlier_run(serving_fleet, host):
     run, result = rollout(experiment="pack_engram")
     assert run.rc == 0 and result["outcome"] == "kept", result
@@ -91,6 +93,7 @@ def test_bad_input_stops_before_any_host_changes(testbed):
         assert not run.results(module="engine_container")
 
 
+@pytest.mark.slow
 def test_ladder_keeps_its_winners_as_a_verified_combination(serving_fleet):
     run = run_playbook("ladder.yml", extravars={"ladder": str(FIXTURES / "ladder-three.yml"), "window_confirmed": True})
     ladder = json.loads(Path(run.run_dir, "ladder.json").read_text())
