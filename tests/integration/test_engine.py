@@ -126,6 +126,8 @@ def test_a_second_converge_changes_nothing(fleet_up):
     assert run.changed() == []
     assert {name: inspect(name)["Id"] for name in HOSTS} == before
     assert {r["_host"]: r["action"] for r in run.results(module="engine_container")} == dict.fromkeys(HOSTS, "none")
+    checked = play("engine.yml", extravars=with_switch(), check=True, diff=True)
+    assert checked.rc == 0 and checked.changed() == [], "a check run on a converged fleet must report no change"
 
 
 def test_check_mode_shows_the_drift_and_changes_nothing(fleet_up):
