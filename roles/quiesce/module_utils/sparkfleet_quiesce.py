@@ -144,8 +144,8 @@ def service_state(run: Runner, name: str) -> dict:
     _, active, _ = run(["systemctl", "is-active", name])
     _, enabled, err = run(["systemctl", "is-enabled", name])
     active, enabled = active.strip() or "unknown", enabled.strip()
-    if not enabled:
-        enabled = "not-found" if "not found" in (err or "").lower() else "unknown"
+    if not enabled:  # systemctl prints the state of every unit it knows; nothing means no such unit
+        enabled = "not-found"
     return {"name": name, "active": active, "enabled": enabled, "exists": enabled != "not-found"}
 
 
