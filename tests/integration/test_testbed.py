@@ -7,11 +7,13 @@ import subprocess
 
 import pytest
 
-from tests.integration.conftest import ROOT, ensure_testbed, fleet, run_playbook
+from tests.integration.conftest import ROOT, ensure_testbed, fleet, run_playbook, state_dir
 
 pytestmark = pytest.mark.testbed
 ROWS = {1: 120_003, 14: 96_001}
-SUBNET = f"10.213.{os.environ.get('SPARKFLEET_TESTBED_ID') or 0}"
+TESTBED_ID = os.environ.get("SPARKFLEET_TESTBED_ID") or "0"
+SUBNET = f"10.213.{TESTBED_ID}"
+NS = "" if TESTBED_ID == "0" else f"tb{TESTBED_ID}-"
 
 
 def shard_bytes(n: int, rank: int, tp: int) -> int:
@@ -117,7 +119,7 @@ def test_four_hosts_then_down_leaves_nothing(tmp_path):
     fleet("down")
     try:
         fleet("up", "--hosts", "4", "--scenario", "clean")
-        proc = subprocess.run(["ip", "netns", "exec", "spark4", "true"], capture_output=True)
+        proc = subprocess.run(["ip", "netns", "exec", f"{NS}spark4", "true"], capture_output=True)
         assert proc.returncode == 0
         inventory = tmp_path / "inventory"
         inventory.mkdir()
@@ -134,8 +136,8 @@ def test_four_hosts_then_down_leaves_nothing(tmp_path):
     finally:
         fleet("down")
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert not any(n.split()[0] in ("fleetctl", "spark1", "spark4") for n in names.splitlines() if n)
+    assert not any(n.split()[0] in (f"{NS}fleetctl", f"{NS}spark1", f"{NS}spark4") for n in names.splitlines() if n)
     mounts = open("/proc/self/mountinfo").read()
     assert ".testbed" not in mounts
-    assert not os.path.exists(ROOT / ".testbed")
+    assert not state_dir().exists()
     ensure_testbed()
