@@ -149,3 +149,29 @@ def host():
     def get(name: str):
         return testinfra.get_host(f"ssh://{name}", ssh_config=str(state_dir() / "ssh" / "config"))
     return get
+
+
+@pytest.fixture(scope="module")
+def isolated_inventory(tmp_path_factory):
+    """The testbed inventory without group_vars/all/incumbent.yml, and a run folder of this testbed's own.
+
+    playbooks/rollout.yml writes incumbent.yml (kept experiments laid over engine_env) into the shared
+    inventory, which would change the env a module's tests expect; engineers on other testbeds write to
+    runs/ at the same time."""
+    old = os.environ.get("SPARKFLEET_RUNS_DIR")
+    os.environ["SPARKFLEET_RUNS_DIR"] = str(ROOT / "runs" / f"testbed-{os.environ.get('SPARKFLEET_TESTBED_ID') or '0'}")
+    os.makedirs(os.environ["SPARKFLEET_RUNS_DIR"], exist_ok=True)
+    source = ROOT / "inventory" / "testbed"
+    inventory = tmp_path_factory.mktemp("inventory")
+    for name in ("hosts.yml", "host_vars"):
+        (inventory / name).symlink_to(source / name)
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    (inventory / "group_vars" / "fleet").symlink_to(source / "group_vars" / "fleet")
+    for item in (source / "group_vars" / "all").iterdir():
+        if item.name != "incumbent.yml":
+            (inventory / "group_vars" / "all" / item.name).symlink_to(item)
+    yield inventory
+    if old is None:
+        os.environ.pop("SPARKFLEET_RUNS_DIR")
+    else:
+        os.environ["SPARKFLEET_RUNS_DIR"] = old

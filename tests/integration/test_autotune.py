@@ -47,30 +47,11 @@ def this_boot(name: str) -> list:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def isolated(tmp_path_factory):
-    """This module's playbooks use their own run folders and the testbed inventory without incumbent.yml.
-
-    The harness finds a run's folder as the newest new one in runs/, and engineers on other testbeds write there
-    at the same time; playbooks/rollout.yml writes group_vars/all/incumbent.yml into the shared inventory (kept
-    experiments laid over engine_env), which would change the env these tests expect mid-run."""
-    old = os.environ.get("SPARKFLEET_RUNS_DIR")
-    os.environ["SPARKFLEET_RUNS_DIR"] = str(ROOT / "runs" / f"testbed-{os.environ.get('SPARKFLEET_TESTBED_ID') or '0'}")
-    os.makedirs(os.environ["SPARKFLEET_RUNS_DIR"], exist_ok=True)
-    source = ROOT / "inventory" / "testbed"
-    inventory = tmp_path_factory.mktemp("inventory")
-    for name in ("hosts.yml", "host_vars"):
-        (inventory / name).symlink_to(source / name)
-    (inventory / "group_vars" / "all").mkdir(parents=True)
-    (inventory / "group_vars" / "fleet").symlink_to(source / "group_vars" / "fleet")
-    for item in (source / "group_vars" / "all").iterdir():
-        if item.name != "incumbent.yml":
-            (inventory / "group_vars" / "all" / item.name).symlink_to(item)
-    INVENTORY[0] = inventory
+def isolated(isolated_inventory):
+    """This module's playbooks use their own run folders and the testbed inventory without incumbent.yml
+    (tests/integration/conftest.py: isolated_inventory)."""
+    INVENTORY[0] = isolated_inventory
     yield
-    if old is None:
-        os.environ.pop("SPARKFLEET_RUNS_DIR")
-    else:
-        os.environ["SPARKFLEET_RUNS_DIR"] = old
 
 
 INVENTORY: list = [None]
