@@ -15,6 +15,32 @@ except ImportError:  # plugins and tests import it directly
     from bench_stats import bootstrap_ratio_ci, cv  # type: ignore[no-redef]
 
 MIN_GAIN = 0.01
+# boot_log_facts' autotune outcome of one rank's boot: "tuned" (ran the autotune, also after a disagreement),
+# "reused" (the keep adapter reused the cache), "mixed" (both in one boot), "none" (no autotune line).
+RETUNED = frozenset({"tuned", "mixed"})
+
+
+def arm_autotune(outcomes) -> str:
+    """One arm's autotune state from its ranks' outcomes: "retuned" when any rank tuned (a mixed boot included),
+    "reused" when ranks reused and none tuned, "none" when no rank said anything."""
+    values = [outcomes] if isinstance(outcomes, str) else list(outcomes or [])
+    values = [str(v) for v in values if v is not None]
+    if any(v in RETUNED for v in values):
+        return "retuned"
+    if "reused" in values:
+        return "reused"
+    return "none"
+
+
+def autotune_comparable(incumbent, candidate) -> dict:
+    """{comparable, incumbent, candidate, reason}: a comparison where one arm retuned its autotune caches and the
+    other reused them measures different tactics, not the change (FLEET.md section 11); it is not comparable."""
+    inc, cand = arm_autotune(incumbent), arm_autotune(candidate)
+    comparable = {inc, cand} != {"retuned", "reused"}
+    reason = "" if comparable else (f"not comparable: the incumbent {'retuned' if inc == 'retuned' else 'reused'} "
+                                    f"its autotune caches and the candidate {'retuned' if cand == 'retuned' else 'reused'}"
+                                    " them")
+    return {"comparable": comparable, "incumbent": inc, "candidate": cand, "reason": reason}
 
 
 def threshold(incumbent: Sequence[float]) -> float:
