@@ -16,7 +16,9 @@ needs ``Authorization: Bearer <key>`` (401 otherwise), as SGLang's middleware do
 Faults (``SimConfig.faults``): ``slow_start_s`` (simulated seconds before /health turns 200),
 ``drop_stream_after_tokens`` (close every stream abruptly once it has sent that many tokens),
 ``http_500_every`` (every Nth chat completion answers HTTP 500), ``omit_usage`` (never report usage),
-``nondeterministic`` (greedy text differs from request to request).
+``nondeterministic`` (greedy text differs from request to request), ``nccl_hang_after_requests`` (once that
+many requests have finished, the ranks hang in a collective: /health stays 200, requests are accepted and
+never produce a token).
 
 Standalone: ``python -m testbed.engine.api --port 8888 [--time-scale 0.05] [--config cfg.json]``.
 """
@@ -202,10 +204,18 @@ class Engine:
         if delay > 0:
             self.stop.wait(delay)
 
+    def hung(self) -> bool:
+        """The nccl_hang_after_requests fault: a collective never returns once that many requests finished."""
+        after = int(self.config.faults.get("nccl_hang_after_requests", 0) or 0)
+        return bool(after) and self.counters["num_requests_finished"] >= after
+
     def _loop(self) -> None:
         deadline = None
         while not self.stop.is_set():
             with self.cond:
+                if self.hung():
+                    self.cond.wait(0.2)
+                    continue
                 self.running = [r for r in self.running if not r.cancelled]
                 while self.waiting and len(self.running) < self.config.max_running_requests:
                     req = self.waiting.popleft()
@@ -541,10 +551,10 @@ class _Handler(BaseHTTPRequestHandler):
         req = engine.new_request(_prompt_of(messages), max_tokens, temperature,
                                  bool(body.get("ignore_eos", False)), thinking)
         engine.submit(req)
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage")) \
-            and not engine.config.faults.get("omit_usage")
+        options = body.get("stream_options") or {}
+        include_usage = bool(options.get("include_usage")) and not engine.config.faults.get("omit_usage")
         if body.get("stream"):
-            self._stream(req, include_usage)
+            self._stream(req, include_usage, include_usage and bool(options.get("continuous_usage_stats")))
         else:
             self._complete(req, include_usage=not engine.config.faults.get("omit_usage"))
 
@@ -582,16 +592,19 @@ class _Handler(BaseHTTPRequestHandler):
             payload["usage"] = _usage(req)
         self._send_json(200, payload)
 
-    def _stream(self, req: SimRequest, include_usage: bool) -> None:
+    def _stream(self, req: SimRequest, include_usage: bool, continuous: bool = False) -> None:
         engine = self.engine
         drop_after = int(engine.config.faults.get("drop_stream_after_tokens", 0) or 0)
         created = int(time.time())
         name = engine.config.served_model_name
 
-        def chunk(delta: dict, finish: str | None) -> dict:
+        def chunk(delta: dict, finish: str | None, tokens: int = 0) -> dict:
+            # stream_options.continuous_usage_stats: every chunk carries the usage so far (SGLang, vLLM).
+            usage = ({"prompt_tokens": req.prompt_tokens, "completion_tokens": tokens,
+                      "total_tokens": req.prompt_tokens + tokens} if continuous else None)
             return {"id": req.rid, "object": "chat.completion.chunk", "created": created, "model": name,
                     "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
-                    "usage": None}
+                    "usage": usage}
 
         try:
             self.send_response(200)
@@ -618,9 +631,9 @@ class _Handler(BaseHTTPRequestHandler):
                     delta["reasoning_content"] = "".join(think)
                 if text:
                     delta["content"] = "".join(text)
-                if delta or finish is not None:
-                    self._event(chunk(delta, finish))
                 sent += len(think) + len(text)
+                if delta or finish is not None:
+                    self._event(chunk(delta, finish, sent))
                 if drop_after and sent >= drop_after and finish is None:
                     engine.cancel(req)
                     self.connection.shutdown(socket.SHUT_RDWR)

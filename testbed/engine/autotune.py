@@ -16,7 +16,9 @@ FLASHINFER_VERSION = "0.5.2"
 SM = "sm121"
 MODEL_PATH = "/models/DeepSeek-V4.1-Flash"
 ENV_PREFIXES = ("SGLANG_", "DSV41_", "SPARK_", "B12X_", "NCCL_")
-VOLATILE = {"DSV41_ENGRAM_PREFETCH_CHECK", "NCCL_DEBUG", "SGLANG_LOG_LEVEL"}
+# Volatile: switches that do not shape tactics, and the per-node fabric keys (the RoCE v2 GID index moves after a
+# reboot and differs per node; a cache must survive it and ranks' sidecars must agree).
+VOLATILE = {"DSV41_ENGRAM_PREFETCH_CHECK", "NCCL_DEBUG", "SGLANG_LOG_LEVEL", "NCCL_IB_GID_INDEX", "NCCL_IB_HCA"}
 
 
 def key16(kind: str, tp: int, ep: int | None = None, moe_backend: str = "b12x") -> str:

@@ -153,7 +153,7 @@ class SimConfig:
         if self.time_scale <= 0:
             raise ValueError(f"time_scale must be positive, not {self.time_scale}")
         unknown = set(self.faults) - {"slow_start_s", "drop_stream_after_tokens", "http_500_every",
-                                      "omit_usage", "nondeterministic"}
+                                      "omit_usage", "nondeterministic", "nccl_hang_after_requests"}
         if unknown:
             raise ValueError(f"unknown fault keys {sorted(unknown)}")
 

@@ -25,7 +25,7 @@ import threading
 import time
 import traceback
 
-from engine import autotune
+from engine import autotune, netib
 from engine.model import SimConfig
 
 MAGIC = 0x31344E4531565344
@@ -269,6 +269,18 @@ def rendezvous_head(info: dict, tp: int, port: int, timeout: float) -> tuple[dic
                     pass
         raise BootError(f"Rendezvous failed: {error}")
     infos = {r: p[2] for r, p in peers.items()}
+    # NCCL connects every rank's queue pairs: a rank whose GID cannot carry them fails the whole init.
+    broken = [(r, i) for r, i in sorted(infos.items()) if not (i.get("nccl") or {"ok": True})["ok"]]
+    if broken:
+        error = "NCCL init failed: " + "; ".join(
+            f"rank {r} ({i.get('host')}) {i['nccl']['error']}" for r, i in broken)
+        for conn, _, _ in peers.values():
+            if conn:
+                try:
+                    _send(conn, {"ok": False, "error": error})
+                except OSError:
+                    pass
+        raise BootError(f"Rendezvous failed: {error}")
     decision = autotune_decision(infos, tp)
     for r, (conn, _, _) in peers.items():
         if conn:
@@ -360,6 +372,8 @@ def autotune_decision(infos: dict, tp: int) -> dict:
 
 
 def apply_autotune(decision: dict, info: dict, env: dict) -> list[str]:
+    # SIM_AUTOTUNE_S: simulated seconds one kind's tuning takes (0 by default; ~36 min after a topology change).
+    tune_s = float(env.get("SIM_AUTOTUNE_S", "0") or 0) * float(env.get("SIM_TIME_SCALE", "1.0") or 1.0)
     lines = []
     if info["keep"]:
         lines.append("[autotune_keep] armed")
@@ -381,6 +395,11 @@ def apply_autotune(decision: dict, info: dict, env: dict) -> list[str]:
             except FileNotFoundError:
                 pass
         lines.append(f"Running FlashInfer autotune with cache: {path}")
+        if tune_s:
+            for line in lines:       # the retune is visible while it runs (the play's readiness wait reads it)
+                log(line)
+            lines = []
+            time.sleep(tune_s)
         os.makedirs(keydir, exist_ok=True)
         tmp = path + ".tmp"
         with open(tmp, "w") as fh:
@@ -481,9 +500,13 @@ def run() -> int:
     engram_lines, packed = engram_boot(env, rank, tp)
     for line in engram_lines:
         log(line)
+    nccl = netib.setup(env, netib.oob_address(head, port), env.get("SIM_IB_ROOT", "/sys/class/infiniband"))
+    for line in nccl["lines"]:
+        log(line)
     info = {"rank": rank, "tp": tp, "host": socket.gethostname(), "packed": packed, "contention_ms": extra,
             "gpu_poll_ms": poll_ms, "full_token": capacity["full_token"],
-            "autotune": autotune_info(env, rank, tp)}
+            "autotune": autotune_info(env, rank, tp),
+            "nccl": {"ok": nccl["ok"], "error": nccl["error"], "gid_index": nccl["gid_index"]}}
     if rank == 0:
         decision, peers, infos = rendezvous_head(info, tp, port, timeout)
         watch_peers(peers, "worker")
