@@ -93,8 +93,9 @@ def test_a_switch_in_engine_env_reaches_every_rank_through_one_shared_file(fleet
         assert {k: env.get(k) for k in from_file} == from_file, f"{name}: the container env is not the file's"
         assert f"{SWITCH[0]}={SWITCH[1]}\n" in shared.content_string and "NODE_RANK" not in shared.content_string
         shared_digests.add(hashlib.sha256(shared.content).hexdigest())
+        # The rank file: the declared per-rank keys and the RoCE v2 GID resolved on this node (the seed: index 3).
         assert host.file(f"{recipe}/sparkfleet-rank.env").content_string.endswith(
-            f"MEM_FRACTION_STATIC=0.95\nNODE_RANK={rank}\n")
+            f"MEM_FRACTION_STATIC=0.95\nNCCL_IB_GID_INDEX=3\nNCCL_IB_HCA=rocep1s0f0:1\nNODE_RANK={rank}\n")
         log = host.run(f"docker logs {container}").stdout
         assert "Engram prefetch ARMED" in log, f"{name}: the switch did not reach the engine"
     assert len(shared_digests) == 1, "the shared env file must be byte-identical on every node"

@@ -475,3 +475,17 @@ def test_package_versions_and_holds_are_reported_every_run(node):
         "nvidia-driver-580-open": {"version": "580.159.03-0ubuntu1", "held": False}}
     assert ["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n", "linux-image-*nvidia*",
             "nvidia-driver-*", "x"] in node.calls
+
+
+def test_per_node_keys_are_noted_not_differences():
+    # Each rank's engine uses its own node's GID index: a moved index is expected, the parity gate must not fail on it.
+    f = _filters()
+    base = {"kernel": "7.0.0-1019-nvidia", "gid_index": "rocep1s0f0:3"}
+    hv = _hostvars({"spark1": base, "spark2": base, "spark3": {"kernel": "7.0.0-1023-nvidia", "gid_index": "rocep1s0f0:5"}})
+    parity = f.preflight_parity(hv, ["spark1", "spark2", "spark3"], ["kernel", "gid_index"], True, ["gid_index"])
+    assert [d["key"] for d in parity["differences"]] == ["kernel"]
+    assert [(d["key"], d["hosts"]) for d in parity["notes"]] == [("gid_index", {"spark3": "rocep1s0f0:5"})]
+    assert parity["table"][2].split()[-1] == "*", "the table still marks the odd value"
+    report = f.preflight_report(hv, parity)
+    assert "   PER NODE (expected, not a difference): gid_index differs on spark3" in report[-1]
+    assert any(line.startswith("   DIFFERENCE: kernel differs on spark3") for line in report)

@@ -6,6 +6,9 @@ and the declared per-rank part, compare env across ranks and against files.
     {{ engine_env | engine_env_split(engine_env_per_rank, fleet_rank) }}   -> {shared: {..}, rank: {..}}
     {{ text | engine_env_parse }}                                          -> {KEY: value} (docker --env-file rules)
     {{ env | engine_env_fingerprint }}                                     -> sha256 of the autotune-relevant keys
+    {{ engine_env | engine_env_gid_problems(engine_env_per_rank, mode) }}  -> [str]  (NCCL GID keys vs the mode)
+    {{ resolved_hcas | engine_env_gid_keys }}                          -> {keys: {NCCL_IB_GID_INDEX, NCCL_IB_HCA}, problem}
+    {{ env | engine_env_gid_check(resolved_hcas, host, rank, address) }}  -> '' or why a pinned index is wrong here
 
 ``engine_env_per_rank`` maps an env key to either one value templated in each host's context
 (``NODE_RANK: "{{ fleet_rank }}"``) or a table ``{rank: value}`` whose missing ranks keep ``engine_env``'s value.
@@ -27,9 +30,14 @@ except ImportError:  # pragma: no cover - tests may import the plugin bare
 
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RANK_KEY = "NODE_RANK"
-# The keep adapter's launch fingerprint covers these prefixes minus volatile switches (FLEET.md section 4).
+# The RoCE v2 GID index and the HCA NCCL uses: per node, resolved at every start (FLEET.md section 11).
+GID_KEYS = ("NCCL_IB_GID_INDEX", "NCCL_IB_HCA")
+GID_MODES = ("resolved", "pinned", "unmanaged")
+# The keep adapter's launch fingerprint covers these prefixes minus volatile switches (FLEET.md section 4). The GID
+# keys are volatile: they differ per node and move after a reboot without changing any tactic, so neither the
+# cache provenance nor the ranks' launch sidecars may depend on them.
 AUTOTUNE_PREFIXES = ("SGLANG_", "DSV41_", "SPARK_", "B12X_", "NCCL_")
-AUTOTUNE_VOLATILE = frozenset({"DSV41_ENGRAM_PREFETCH_CHECK", "NCCL_DEBUG", "SGLANG_LOG_LEVEL"})
+AUTOTUNE_VOLATILE = frozenset({"DSV41_ENGRAM_PREFETCH_CHECK", "NCCL_DEBUG", "SGLANG_LOG_LEVEL"} | set(GID_KEYS))
 
 
 def _value_problem(where: str, value: Any) -> str | None:
@@ -153,6 +161,83 @@ def engine_env_fingerprint(env: dict) -> str:
     return hashlib.sha256(json.dumps(kept).encode()).hexdigest()
 
 
+def engine_env_gid_problems(env: Any, per_rank: Any, mode: Any) -> list:
+    """Why the NCCL GID keys of the desired env do not fit engine_env_nccl_gid (empty when they do).
+
+    resolved: the role sets NCCL_IB_GID_INDEX and NCCL_IB_HCA per rank, so engine_env and engine_env_per_rank must not
+    (a second source would be silently overridden). pinned: the operator's NCCL_IB_GID_INDEX must be in engine_env
+    (optionally a {rank: value} table in engine_env_per_rank). unmanaged: whatever engine_env says."""
+    if mode not in GID_MODES:
+        return [f"engine_env_nccl_gid must be one of {', '.join(GID_MODES)}, got {mode!r}"]
+    env = env if isinstance(env, dict) else {}
+    per_rank = per_rank if isinstance(per_rank, dict) else {}
+    problems = []
+    if mode == "resolved":
+        for key in GID_KEYS:
+            where = [name for name, table in (("engine_env", env), ("engine_env_per_rank", per_rank)) if key in table]
+            if where:
+                problems.append(f"{' and '.join(where)} set {key}, but engine_env_nccl_gid is resolved (each rank gets "
+                                f"the RoCE v2 GID index resolved on its node at every start): remove {key}, or set "
+                                "engine_env_nccl_gid: pinned to use your value (checked against the node's GID "
+                                "table), or unmanaged to leave NCCL's keys to engine_env")
+    elif mode == "pinned" and GID_KEYS[0] not in env:
+        problems.append(f"engine_env_nccl_gid is pinned but engine_env has no {GID_KEYS[0]}: add it (and a "
+                        f"{{rank: value}} table in engine_env_per_rank where nodes differ), or use resolved")
+    return problems
+
+
+def _hca_rows(hcas: Any) -> list:
+    rows = []
+    for name, row in sorted((hcas or {}).items()) if isinstance(hcas, dict) else []:
+        if isinstance(row, dict) and row.get("index") is not None:
+            rows.append((str(name), int(row.get("port") or 1), int(row["index"]), row.get("gid")))
+    return rows
+
+
+def engine_env_gid_keys(hcas: Any) -> dict:
+    """{keys: {NCCL_IB_GID_INDEX, NCCL_IB_HCA}, problem} from one node's resolved {hca: {port, index, gid, ndev}}."""
+    rows = _hca_rows(hcas)
+    if not rows:
+        return {"keys": {}, "problem": "no RoCE v2 GID was resolved on this node (see the preflight's gid check)"}
+    indices = sorted({index for _, _, index, _ in rows})
+    if len(indices) > 1:
+        return {"keys": {}, "problem": "the fabric HCAs resolved different GID indices ("
+                + ", ".join(f"{n}:{p} index {i}" for n, p, i, _ in rows) + "); NCCL_IB_GID_INDEX is one index for "
+                "every HCA: name one HCA in engine_env_nccl_gid_hcas (preflight_hcas)"}
+    return {"keys": {GID_KEYS[0]: str(indices[0]), GID_KEYS[1]: ",".join(f"{n}:{p}" for n, p, _, _ in rows)},
+            "problem": ""}
+
+
+def engine_env_gid_check(env: Any, hcas: Any, host: Any = "", rank: Any = "", address: Any = "") -> str:
+    """'' when this rank's pinned NCCL_IB_GID_INDEX (and NCCL_IB_HCA, if pinned) is the RoCE v2 GID resolved on its
+    node; otherwise one sentence naming the node, the pin and the resolved index."""
+    env = env if isinstance(env, dict) else {}
+    rows = _hca_rows(hcas)
+    pin = env.get(GID_KEYS[0])
+    if pin is None:
+        return ""
+    if not rows:
+        return (f"{host} (rank {rank}): NCCL_IB_GID_INDEX is pinned to {pin} but no RoCE v2 GID of {address} was "
+                "resolved on this node to check it against")
+    described = ", ".join(f"{n} port {p} index {i}" for n, p, i, _ in rows)
+    try:
+        pinned = int(str(pin))
+    except ValueError:
+        return f"{host} (rank {rank}): NCCL_IB_GID_INDEX={pin!r} is not an integer"
+    if any(i != pinned for _, _, i, _ in rows):
+        return (f"{host} (rank {rank}): NCCL_IB_GID_INDEX is pinned to {pinned} but the RoCE v2 GID of {address} is "
+                f"at {described} on this node now (GID indices move after reboots and netplan re-applies; a stale "
+                "pin fails this rank's NCCL init): set engine_env_nccl_gid: resolved, or correct the pin")
+    hca_pin = env.get(GID_KEYS[1])
+    if hca_pin:
+        names = {n for n, _, _, _ in rows}
+        wanted = [part.split(":")[0].lstrip("=^") for part in str(hca_pin).split(",") if part.strip()]
+        if not any(name.startswith(w) for w in wanted for name in names) or str(hca_pin).startswith("^"):
+            return (f"{host} (rank {rank}): NCCL_IB_HCA is pinned to {hca_pin} but the RoCE v2 GID of {address} is on "
+                    f"{described}")
+    return ""
+
+
 def engine_env_cross_rank(envs: dict, per_rank_keys: list) -> list:
     """{host: env} -> [{key, values: {host: value}}] for every key not declared per-rank whose value differs."""
     keys = sorted({k for env in envs.values() for k in (env or {})} - set(per_rank_keys or []))
@@ -168,4 +253,5 @@ class FilterModule:
     def filters(self):
         return {"engine_env_problems": engine_env_problems, "engine_env_split": engine_env_split,
                 "engine_env_parse": engine_env_parse, "engine_env_fingerprint": engine_env_fingerprint,
-                "engine_env_cross_rank": engine_env_cross_rank}
+                "engine_env_cross_rank": engine_env_cross_rank, "engine_env_gid_problems": engine_env_gid_problems,
+                "engine_env_gid_keys": engine_env_gid_keys, "engine_env_gid_check": engine_env_gid_check}

@@ -1,12 +1,15 @@
 # -*- coding: utf-8 -*-
 """Filters of the preflight role: the fleet parity table across ranks and the report of every node.
 
-    {{ hostvars | preflight_parity(hosts, keys, required) }}  -> {hosts, keys, rows, differences, table, required}
+    {{ hostvars | preflight_parity(hosts, keys, required, per_node) }}
+        -> {hosts, keys, rows, differences, notes, table, required}
     {{ hostvars | preflight_report(parity) }}                  -> [str]  (every node's checks, then the table)
 
 Each host's ``preflight_result.parity`` (node_preflight's ``parity``) holds one string per key. Per key the
 reference value is the most common one, a tie going to the lowest rank's; every host with another value is
-a difference, reported on that host. Pure Python; unit-tested without Ansible.
+a difference, reported on that host. Keys in ``per_node`` (the GID index: each rank's engine uses the index of its
+own node) are expected to differ: their differences are ``notes``, shown but never a failure. Pure Python;
+unit-tested without Ansible.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ def _rank(hostvars: Any, host: str) -> int:
         return 1 << 30
 
 
-def preflight_parity(hostvars: Any, hosts: list, keys: list, required: bool = False) -> dict:
+def preflight_parity(hostvars: Any, hosts: list, keys: list, required: bool = False, per_node: Any = ()) -> dict:
     ranked = sorted(hosts, key=lambda h: (_rank(hostvars, h), h))
     values = {}
     for host in ranked:
@@ -31,7 +34,8 @@ def preflight_parity(hostvars: Any, hosts: list, keys: list, required: bool = Fa
         parity = result.get("parity") or {}
         values[host] = {key: (NOT_READ if not parity else
                               ("unknown" if parity.get(key) is None else str(parity.get(key)))) for key in keys}
-    rows, differences = [], []
+    rows, differences, notes = [], [], []
+    per_node = set(per_node or ())
     for key in keys:
         column = {host: values[host][key] for host in ranked}
         counts = Counter(v for v in column.values() if v != NOT_READ)
@@ -44,12 +48,12 @@ def preflight_parity(hostvars: Any, hosts: list, keys: list, required: bool = Fa
         rows.append({"key": key, "values": column, "reference": reference, "differs": differs})
         if differs:
             same = [h for h in ranked if column[h] == reference]
-            differences.append({
+            (notes if key in per_node else differences).append({
                 "key": key, "reference": reference, "hosts": {h: column[h] for h in differs},
                 "text": f"{key} differs on {', '.join(f'{h} ({column[h]})' for h in differs)} from "
                         f"{reference} on {', '.join(same)}"})
-    return {"hosts": ranked, "keys": list(keys), "rows": rows, "differences": differences,
-            "required": bool(required), "table": parity_table(ranked, rows)}
+    return {"hosts": ranked, "keys": list(keys), "rows": rows, "differences": differences, "notes": notes,
+            "per_node": sorted(per_node), "required": bool(required), "table": parity_table(ranked, rows)}
 
 
 def parity_table(hosts: list, rows: list) -> list:
@@ -73,6 +77,7 @@ def preflight_report(hostvars: Any, parity: dict) -> list:
     lines.append("== fleet parity" + (" (required)" if parity.get("required") else " (reported)"))
     lines += [f"   {line}" for line in parity["table"]]
     lines += [f"   DIFFERENCE: {d['text']}" for d in parity["differences"]]
+    lines += [f"   PER NODE (expected, not a difference): {d['text']}" for d in parity.get("notes") or []]
     return lines
 
 
