@@ -82,6 +82,15 @@ options:
     description: Seconds to wait for O(wait_for). Must be more than 0.
     type: int
     default: 3600
+  wait_extend_for:
+    description:
+      - A Python regular expression; once a line written since this start matches it (the engine retuning its
+        FlashInfer autotune caches, which can take ~36 minutes on a first boot), O(wait_extended_timeout) applies
+        instead of O(wait_timeout), counted from the same start.
+    type: str
+  wait_extended_timeout:
+    description: Seconds to wait for O(wait_for) once O(wait_extend_for) matched; not less than O(wait_timeout).
+    type: int
   stop_timeout:
     description: Seconds C(docker stop) gives the engine before it kills it.
     type: int
@@ -205,6 +214,21 @@ wait_s:
   returned: when waiting
   type: float
   sample: 2.4
+wait_timeout_s:
+  description: The timeout that applied to the wait (O(wait_extended_timeout) once O(wait_extend_for) matched).
+  returned: when waiting
+  type: float
+  sample: 900
+retuning:
+  description: Whether a line matched O(wait_extend_for) during the wait, with that line in RV(retuning_line).
+  returned: when waiting with O(wait_extend_for)
+  type: bool
+  sample: true
+retuning_line:
+  description: The first line that matched O(wait_extend_for).
+  returned: when RV(retuning) is true
+  type: str
+  sample: "[2026-11-29 10:01:02 TP0] Running FlashInfer autotune with cache: /root/.cache/sglang/flashinfer/autotune/..."
 log_tail:
   description: The last O(log_tail) lines written since the start (on success and on failure).
   returned: when waiting
@@ -222,6 +246,8 @@ msg:
   type: str
   sample: "dsv41-worker: recreated (2 differences: env DSV41_AUTOTUNE_KEEP, mount /engram)"
 """
+
+import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.engine_container import (
@@ -257,6 +283,8 @@ def main() -> None:
             restart=dict(type="bool", default=False),
             wait_for=dict(type="str"),
             wait_timeout=dict(type="int", default=3600),
+            wait_extend_for=dict(type="str"),
+            wait_extended_timeout=dict(type="int"),
             stop_timeout=dict(type="int", default=30),
             log_tail=dict(type="int", default=30),
             docker=dict(type="path", default="docker"),
@@ -275,6 +303,9 @@ def main() -> None:
 
     if p["wait_timeout"] <= 0:
         fail(f"wait_timeout must be more than 0 seconds, got {p['wait_timeout']}")
+    if p["wait_extended_timeout"] is not None and p["wait_extended_timeout"] < p["wait_timeout"]:
+        fail(f"wait_extended_timeout ({p['wait_extended_timeout']} s) must not be less than wait_timeout "
+             f"({p['wait_timeout']} s)")
     try:
         desired = Desired(name=name, image=p["image"] or "", command=p["command"],
                           env={str(k): "" if v is None else str(v) for k, v in p["env"].items()},
@@ -324,10 +355,16 @@ def main() -> None:
     if state == "started" and p["wait_for"]:
         try:
             waited = wait_for_line(docker, name, p["wait_for"], p["wait_timeout"], offset if started else 0,
-                                   tail_lines=p["log_tail"])
-        except EngineContainerError as exc:
-            fail(f"waiting for {p['wait_for']!r} failed: {exc}", **exc.facts)
-        result.update(ready=waited.ready, wait_s=round(waited.seconds, 3), log_tail=waited.tail)
+                                   tail_lines=p["log_tail"], extend_pattern=p["wait_extend_for"],
+                                   extended_timeout=p["wait_extended_timeout"])
+        except (EngineContainerError, re.error) as exc:
+            fail(f"waiting for {p['wait_for']!r} failed: {exc}", **getattr(exc, "facts", {}))
+        result.update(ready=waited.ready, wait_s=round(waited.seconds, 3), log_tail=waited.tail,
+                      wait_timeout_s=waited.timeout)
+        if p["wait_extend_for"]:
+            result["retuning"] = waited.extended
+            if waited.extended:
+                result["retuning_line"] = waited.extend_line
         if waited.ready:
             result["ready_line"] = waited.line
             result["msg"] += f"; ready after {waited.seconds:.1f} s"
@@ -336,7 +373,11 @@ def main() -> None:
             if not waited.running:
                 fail(f"the container exited with code {waited.exit_code} before printing a line matching "
                      f"{p['wait_for']!r}\nlast lines:\n{last}", exit_code=waited.exit_code)
-            fail(f"no line matching {p['wait_for']!r} after {p['wait_timeout']} s (the container still runs)\n"
+            why = ""
+            if p["wait_extend_for"]:
+                why = ("; the boot showed retuning, so the autotune timeout applied" if waited.extended else
+                       "; the boot showed no autotune retuning, so the ordinary timeout applied")
+            fail(f"no line matching {p['wait_for']!r} after {waited.timeout:g} s (the container still runs{why})\n"
                  f"last lines:\n{last}")
     module.exit_json(**result)
 

@@ -347,30 +347,48 @@ class WaitResult:
     running: bool
     exit_code: Optional[int]
     tail: list
+    extended: bool = False          # a line matched the extend pattern: the longer timeout applied
+    extend_line: Optional[str] = None
+    timeout: float = 0.0            # the timeout that applied
 
 
 def wait_for_line(docker: Docker, name: str, pattern: str, timeout: float, offset: int, interval: float = 0.25,
                   tail_lines: int = 30, clock: Optional[Callable[[], float]] = None,
-                  sleep: Optional[Callable[[float], None]] = None) -> WaitResult:
-    """Poll the container's log (lines after ``offset``) until a line matches, the container exits or time runs out."""
+                  sleep: Optional[Callable[[float], None]] = None, extend_pattern: Optional[str] = None,
+                  extended_timeout: Optional[float] = None) -> WaitResult:
+    """Poll the container's log (lines after ``offset``) until a line matches, the container exits or time runs out.
+
+    With ``extend_pattern``, a line matching it (e.g. the engine retuning its autotune caches on a first boot) makes
+    ``extended_timeout`` apply instead of ``timeout``, counted from the same start."""
     clock = clock or time.monotonic
     sleep = sleep or time.sleep
     regex = re.compile(pattern)
+    extend = re.compile(extend_pattern) if extend_pattern else None
+    limit = float(timeout)
     started = clock()
     lines: list = []
+    extend_line = None
+
+    def result(ready, line, running, exit_code):
+        return WaitResult(ready, line, clock() - started, running, exit_code, lines[-tail_lines:],
+                          extend_line is not None, extend_line, limit)
+
     while True:
         lines = docker.logs(name).splitlines()[offset:]
+        if extend is not None and extend_line is None:
+            extend_line = next((line for line in lines if extend.search(line)), None)
+            if extend_line is not None:
+                limit = max(limit, float(extended_timeout or timeout))
         for line in lines:
             if regex.search(line):
-                return WaitResult(True, line, clock() - started, True, None, lines[-tail_lines:])
+                return result(True, line, True, None)
         container = docker.container(name)
         state = (container or {}).get("State") or {}
         if not state.get("Running"):
             # The last lines may have landed between the two reads.
             lines = docker.logs(name).splitlines()[offset:] if container else lines
             hit = next((line for line in lines if regex.search(line)), None)
-            return WaitResult(hit is not None, hit, clock() - started, False, state.get("ExitCode"),
-                              lines[-tail_lines:])
-        if clock() - started >= timeout:
-            return WaitResult(False, None, clock() - started, True, None, lines[-tail_lines:])
+            return result(hit is not None, hit, False, state.get("ExitCode"))
+        if clock() - started >= limit:
+            return result(False, None, True, None)
         sleep(interval)

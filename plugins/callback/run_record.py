@@ -34,7 +34,7 @@ from ansible.plugins.callback import CallbackBase
 
 RECORDED_MODULES = {
     "engram_pack", "engram_status", "boot_log_facts", "autotune_cache", "fleet_snapshot", "engine_container",
-    "decode_bench", "bench_report", "node_preflight",
+    "decode_bench", "bench_report", "node_preflight", "engine_liveness",
 }
 MAX_RESULT_CHARS = 200_000
 

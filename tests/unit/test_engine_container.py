@@ -432,3 +432,52 @@ def test_role_defaults_mirror_the_recipe_defaults():
     fleet = yaml.safe_load((ROOT / "inventory/fleet/group_vars/all/engine.yml").read_text())["engine_env"]
     assert {k: fleet[k] for k in defaults} == defaults
 
+
+
+# ---------------------------------------------------------------- readiness wait and autotune retuning
+
+RETUNE = "[2026-11-29 20:04:01 TP0] Running FlashInfer autotune with cache: /root/.cache/sglang/flashinfer/autotune/x"
+RETUNE_RE = "FlashInfer autotune: per-rank caches disagree|Running FlashInfer autotune with cache:"
+
+
+def _slow_boot(lines_by_poll):
+    fake = FakeDocker()
+    fake.add_container("dsv41-head", ENV, MOUNTS, log=["dsv41 boot: rank=0"])
+    fake.log_script = list(lines_by_poll)
+    return fake
+
+
+def test_a_boot_that_retunes_gets_the_autotune_timeout():
+    # Polls every 10 s: the retune line at 20 s, the ready line at 60 s; the ordinary timeout is 30 s.
+    fake = _slow_boot([[], [], [RETUNE], [], [], [], [READY]])
+    clock = iter(range(0, 1000, 10))
+    waited = ec.wait_for_line(ec.Docker(fake), "dsv41-head", "Ready: API on port", timeout=30, offset=0,
+                              clock=lambda: float(next(clock)), sleep=lambda s: None,
+                              extend_pattern=RETUNE_RE, extended_timeout=3600)
+    assert waited.ready and waited.extended and waited.extend_line == RETUNE and waited.timeout == 3600
+    assert waited.seconds > 30
+
+
+def test_a_boot_that_does_not_retune_keeps_the_ordinary_timeout():
+    fake = _slow_boot([[], [], ["Rendezvous complete: 3 ranks"], [], [], [], [READY]])
+    clock = iter(range(0, 1000, 10))
+    waited = ec.wait_for_line(ec.Docker(fake), "dsv41-head", "Ready: API on port", timeout=30, offset=0,
+                              clock=lambda: float(next(clock)), sleep=lambda s: None,
+                              extend_pattern=RETUNE_RE, extended_timeout=3600)
+    assert not waited.ready and not waited.extended and waited.timeout == 30 and waited.running
+
+
+def test_the_module_reports_retuning_and_names_the_timeout_that_applied(docker, env_files):
+    docker.on_start = lambda name: ["dsv41 boot: rank=0", RETUNE]
+    docker.log_script = [[], [READY]]
+    out = run_module(MODULE, args(name="dsv41-head", env_files=env_files, wait_for="Ready: API on port",
+                                  wait_timeout=30, wait_extend_for=RETUNE_RE, wait_extended_timeout=3600))
+    assert not out.failed, out.result
+    assert out.result["retuning"] is True and out.result["retuning_line"] == RETUNE
+    assert out.result["wait_timeout_s"] == 3600
+
+
+def test_an_extended_timeout_below_the_ordinary_one_is_refused(docker):
+    out = run_module(MODULE, args(wait_for="Ready", wait_timeout=900, wait_extended_timeout=60))
+    assert out.failed and "wait_extended_timeout (60 s) must not be less than wait_timeout (900 s)" in out.result["msg"]
+    assert docker.calls == []
