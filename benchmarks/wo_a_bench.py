@@ -32,6 +32,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from kernels import wo_a_gluon as GL  # noqa: E402
 from kernels import wo_a_w8 as K  # noqa: E402
 
 R, D = 1024, 4096
@@ -283,8 +284,9 @@ def measure(groups, ms, sets, replays, repeats, gen, twins, w_bf16, xs_all, conf
         graph_ok &= all(torch.equal(eager[i].view(torch.int16), outs[i].view(torch.int16)) for i in range(2))
         ein_fns = [lambda i=i: torch.einsum("tgd,grd->tgr", xs[i], w_bf16[i]) for i in range(sets)]
         t_e = graph_time_us(ein_fns, replays, repeats) if with_einsum else float("nan")
-        used = cfg or K.default_config(m, groups, R, D)
-        rows.append({"G": groups, "M": m, "path": K.select_path(m, groups), "config": asdict(used),
+        path = "small" if cfg is not None and m <= K.SMALL_MAX_M else "mid" if cfg is not None else K.select_path(m, groups)
+        used = cfg or (GL.config_for(m, groups, R, D, "cuda") if path == "gluon" else K.default_config(m, groups, R, D))
+        rows.append({"G": groups, "M": m, "path": path, "config": asdict(used),
                      "kernel_us": t_k, "einsum_us": t_e, "graph_matches_eager": graph_ok})
     return rows
 
@@ -457,18 +459,22 @@ def markdown(result: dict) -> str:
              f"{info['copy_bandwidth_GBps']:.0f} GB/s (read+write); {info['sets']} weight sets per graph.",
              "",
              "| G | M | path | fp8 kernel (us) | bf16 einsum (us) | speedup | fp8 GB/s | % of copy BW | "
-             "pure fp8 read (us) | rel err vs fp64 | deterministic | config (m,r,k,split,warps,stages) |",
+             "pure fp8 read (us) | rel err vs fp64 | deterministic | config (m,r,k,split,warps,stages; "
+             "gluon: rows,tokens,warps,K blocks) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         c = r["config"]
         det = r["deterministic_eager_x21"] and r["graph_matches_eager"] and r["written"]
+        if r["path"] == "gluon":
+            cfg_text = f"{c['block_r']},{c['block_m']},{c['num_warps']},{c['blocks']}"
+        else:
+            cfg_text = (f"{c['block_m']},{c['block_r']},{c['block_k']},{c['split_k']},{c['num_warps']},"
+                        f"{c['num_stages']}{',bf16' if c['bf16_scale'] else ''}{',swap' if c['swap_ab'] else ''}"
+                        f"{',fma' if c['fma'] else ''}{',acc' if c.get('acc_scale') else ''}")
         lines.append(f"| {r['G']} | {r['M']} | {r['path']} | {r['kernel_us']:.2f} | {r['einsum_us']:.2f} | "
                      f"{r['speedup_vs_einsum']:.2f}x | {r['fp8_GBps']:.0f} | {100 * r['copy_fraction']:.0f}% | "
                      f"{r['read_floor_us']:.2f} | "
-                     f"{r['rel_err_vs_fp64']:.1e} | {'yes' if det else 'NO'} | "
-                     f"{c['block_m']},{c['block_r']},{c['block_k']},{c['split_k']},{c['num_warps']},"
-                     f"{c['num_stages']}{',bf16' if c['bf16_scale'] else ''}{',swap' if c['swap_ab'] else ''}"
-                     f"{',fma' if c['fma'] else ''}{',acc' if c.get('acc_scale') else ''} |")
+                     f"{r['rel_err_vs_fp64']:.1e} | {'yes' if det else 'NO'} | {cfg_text} |")
     lines.append("")
     lines.append(f"GB10 projection per decode step ({LAYERS} layers; per layer the larger of the byte time at "
                  f"{GB10_BANDWIDTH / 1e9:.0f} GB/s and the H200 time scaled by SMs x clock, "

@@ -10,14 +10,16 @@ the kernels compute the same products as the einsum from half the bytes.
 Public API: :class:`Twin`, :func:`build_twin`, :func:`twin_from_checkpoint`, :func:`twin_weights`,
 :func:`dequantize`, :func:`wo_a`, :func:`select_path`, :func:`einsum_is_faster`, :class:`KernelConfig`.
 
-Paths (see :func:`select_path`): ``small`` for 1..8 rows (split-K with a deterministic two-level
-reduction; one row uses a CUDA-core variant, more rows the tensor cores with the block scales applied
-to fp32 partial sums), ``mid`` for 9..192 rows (per-M tile configurations), ``einsum`` otherwise
-(prefill, or no GPU). On GPUs where the bf16 einsum measured faster (:data:`EINSUM_FASTER`: the H200)
-a caller that passes the bf16 weight gets the einsum for those rows. Every path accumulates in fp32
-in a fixed order: results are bitwise reproducible run to run. Measurements: docs/kernels.md.
+Paths (see :func:`select_path`): ``gluon`` for 1..8 rows on sm_89+ GPUs (kernels/wo_a_gluon.py:
+weights loaded straight into the mma.sync operand registers), ``small`` for 1..8 rows elsewhere and
+under the CPU interpreter (split-K with a deterministic two-level reduction; one row uses a CUDA-core
+variant, more rows the tensor cores with the block scales applied to fp32 partial sums), ``mid`` for
+9..192 rows (per-M tile configurations), ``einsum`` otherwise (prefill, or no GPU). On GPUs where the
+bf16 einsum measured faster (:data:`EINSUM_FASTER`: the H200, 9..192 rows) a caller that passes the
+bf16 weight gets the einsum for those rows. Every path accumulates in fp32 in a fixed order: results
+are bitwise reproducible run to run. Measurements: docs/kernels.md.
 
-This module imports nothing from the project: it ships as a plain package in the engine image.
+This package imports nothing from the project: it ships as a plain package in the engine image.
 """
 from __future__ import annotations
 
@@ -32,8 +34,12 @@ import torch
 import triton
 import triton.language as tl
 
+from . import wo_a_gluon as _gluon
+from .wo_a_gluon import GluonConfig
+
 __all__ = [
     "BLOCK",
+    "GluonConfig",
     "EXP_MAX",
     "EXP_MIN",
     "KernelConfig",
@@ -549,7 +555,8 @@ def _sm_count(device: torch.device) -> int:
 
 
 def select_path(m: int, groups: int, device: torch.device | str = "cuda") -> str:
-    """``"small"`` (1..8 rows), ``"mid"`` (9..192 rows) or ``"einsum"`` (prefill, or no GPU).
+    """``"gluon"`` (1..8 rows on an sm_89+ GPU), ``"small"`` (1..8 rows), ``"mid"`` (9..192 rows) or
+    ``"einsum"`` (prefill, or no GPU).
 
     Any group count is accepted: TP3 runs G=4 (the stock guard only took G=2)."""
     device = torch.device(device)
@@ -557,6 +564,8 @@ def select_path(m: int, groups: int, device: torch.device | str = "cuda") -> str
         raise ValueError(f"wo_a needs at least one row and one group, got M={m}, G={groups}")
     if device.type != "cuda" and not _interpreting():
         return "einsum"
+    if m <= _gluon.MAX_M and _gluon.available(device):
+        return "gluon"
     if m <= SMALL_MAX_M:
         return "small"
     if m <= MID_MAX_M:
@@ -564,13 +573,14 @@ def select_path(m: int, groups: int, device: torch.device | str = "cuda") -> str
     return "einsum"
 
 
-# Where the bf16 einsum measured faster than every fp8 kernel (docs/kernels.md, round 2, CUDA-graph
-# replay, 16 rotated weight sets): device-name substring -> inclusive M range, for G=2 and G=4 alike.
+# Where the bf16 einsum measured faster than every fp8 kernel (docs/kernels.md, rounds 2 and 4, CUDA-
+# graph replay, 16 rotated weight sets): device-name substring -> inclusive M range, for G=2 and G=4.
 # On these GPUs wo_a() runs the einsum when the caller still holds the bf16 weight (it reads twice the
 # bytes, but the H200 has 5.6x GB10's bandwidth per SM-cycle and the kernels are latency-bound there).
 # Not applied without the weight (DROP: dequantising the twin per call is far slower), nor elsewhere
-# (GB10 is byte-bound: the twin's half-size read is the point). M=1 keeps the CUDA-core kernel (1.09x).
-EINSUM_FASTER: dict[str, tuple[int, int]] = {"H200": (2, MID_MAX_M)}
+# (GB10 is byte-bound: the twin's half-size read is the point). 1..8 rows run the gluon kernel,
+# faster than the einsum there (round 4: 1.05-1.21x).
+EINSUM_FASTER: dict[str, tuple[int, int]] = {"H200": (SMALL_MAX_M + 1, MID_MAX_M)}
 
 
 @lru_cache(maxsize=None)
@@ -609,6 +619,8 @@ def default_config(m: int, groups: int, rows: int, cols: int, device: torch.devi
     path = select_path(m, groups, device)
     if path == "einsum":
         raise ValueError(f"M={m} runs on the einsum path, no kernel configuration")
+    if path == "gluon":  # the Triton configuration of the same rows
+        path = "small" if m <= SMALL_MAX_M else "mid"
     base, per_sm = next((c, p) for top, c, p in _TABLES[path] if m <= top)
     cap = base.split_k if base.split_k > 1 else 16
     cfg = _fit(base, rows, cols)
@@ -659,7 +671,7 @@ def _check_out(out: torch.Tensor, x: torch.Tensor, twin: Twin) -> None:
 
 
 def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out: torch.Tensor | None = None,
-         config: KernelConfig | None = None, path: str | None = None) -> torch.Tensor:
+         config: KernelConfig | GluonConfig | None = None, path: str | None = None) -> torch.Tensor:
     """``y[t, g, :] = W[g] @ x[t, g, :]`` from the twin; x bf16 ``[M, G, D]`` (last dim contiguous,
     other strides free), returns bf16 ``[M, G, R]`` (``out`` if given, else a new contiguous tensor).
 
@@ -667,16 +679,35 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
     dequantises the twin. With ``weight`` and no ``path``, M rows where :func:`einsum_is_faster` holds
     on this device run ``torch.einsum`` on the weight, exactly as the stock code does (its result is
     returned as is, so it may be a permuted view; with ``out`` it is copied there). ``path``/``config``
-    override the dispatcher (tests, benchmarks)."""
+    override the dispatcher (tests, benchmarks); a :class:`KernelConfig` selects the Triton paths, a
+    :class:`GluonConfig` the gluon path."""
     _check_x(x, twin)
     if out is not None:
         _check_out(out, x, twin)
     m, g, d = x.shape
     chosen = path or select_path(m, g, x.device)
-    if path is None and d % _K_WORD:
-        chosen = "einsum"  # the kernels tile K by 128 (exponents read as int32 words)
-    if chosen not in ("small", "mid", "einsum"):
+    if chosen not in ("gluon", "small", "mid", "einsum"):
         raise ValueError(f"unknown path {chosen!r}")
+    if isinstance(config, GluonConfig):
+        if chosen not in ("gluon",) and path is not None:
+            raise ValueError(f"a GluonConfig runs on the gluon path, not {chosen!r}")
+        chosen = "gluon"
+    elif config is not None and chosen == "gluon":
+        if path is not None:
+            raise ValueError("a KernelConfig runs on the small or mid path, not 'gluon'")
+        chosen = "small" if m <= SMALL_MAX_M else "mid"
+    gluon_cfg = config if isinstance(config, GluonConfig) else None
+    if chosen == "gluon" and not _gluon.available(x.device):
+        raise ValueError("the gluon path needs a CUDA GPU of compute capability 8.9 or newer and Triton with Gluon")
+    if chosen == "gluon" and gluon_cfg is None:
+        try:
+            gluon_cfg = _gluon.config_for(m, g, twin.rows, d, x.device)
+        except ValueError:
+            if path is not None:
+                raise
+            chosen = "small" if m <= SMALL_MAX_M else "mid"  # a shape the gluon tiles do not divide
+    if path is None and chosen != "gluon" and d % _K_WORD:
+        chosen = "einsum"  # the kernels tile K by 128 (exponents read as int32 words)
     if path is None and weight is not None and chosen != "einsum" and config is None \
             and einsum_is_faster(m, x.device):
         if weight.dtype != torch.bfloat16 or tuple(weight.shape) != tuple(twin.values.shape):
@@ -687,13 +718,15 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
     if chosen == "einsum":
         y = _einsum(x, twin, weight)
         return y if out is None else out.copy_(y)
+    if out is None:
+        out = torch.empty((m, g, twin.rows), dtype=torch.bfloat16, device=x.device)
+    if chosen == "gluon":
+        return _gluon.launch(x, twin, out, gluon_cfg)
     if x.device.type != "cuda" and not _interpreting():
         raise ValueError("the Triton paths need a CUDA device (or TRITON_INTERPRET=1)")
     cfg = config or default_config(m, g, twin.rows, d, x.device)
     if not cfg.fits(twin.rows, d):
         raise ValueError(f"{cfg} does not tile R={twin.rows}, D={d}")
-    if out is None:
-        out = torch.empty((m, g, twin.rows), dtype=torch.bfloat16, device=x.device)
     return _launch(x, twin, cfg, out)
 
 
