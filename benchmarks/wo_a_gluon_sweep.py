@@ -58,6 +58,7 @@ def main() -> int:
                                args.replays, args.repeats)
             print(f"G={g} M={m}: einsum {ein:.2f} us, round 2 {r2:.2f} us", flush=True)
             for nw, kw, pf, br in itertools.product(args.warps, args.kw, args.blocks, args.block_r):
+                cfg = GL.GluonConfig(block_r=br, block_m=8 if m <= 8 else 16, num_warps=nw, blocks=pf, k_width=kw)
                 row = {"G": g, "M": m, "warps": nw, "k_width": kw, "blocks": pf, "block_r": br,
                        "einsum_us": ein, "round2_us": r2}
                 try:
@@ -66,14 +67,14 @@ def main() -> int:
                     outs = []
                     for _ in range(2):
                         y = torch.full((m, g, R), float("nan"), dtype=torch.bfloat16, device="cuda")
-                        GL.launch_gluon(x, twins[0], y, nw, kw, pf, block_r=br)
+                        GL.launch(x, twins[0], y, cfg)
                         outs.append(y)
                     torch.cuda.synchronize()
                     err = ((outs[0].double() - ref).norm() / ref.norm()).item()
                     ok = err < 1e-2 and not torch.isnan(outs[0]).any().item() and torch.equal(outs[0], outs[1])
                     row.update(rel_err=err, ok=bool(ok))
                     if ok:
-                        fns = [lambda x=x, t=t, y=y: GL.launch_gluon(x, t, y, nw, kw, pf, block_r=br)
+                        fns = [lambda x=x, t=t, y=y, c=cfg: GL.launch(x, t, y, c)
                                for x, t, y in zip(xs, twins, ys)]
                         row["us"] = graph_time_us(fns, args.replays, args.repeats)
                 except Exception as exc:
