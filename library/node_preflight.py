@@ -141,6 +141,16 @@ options:
     type: list
     elements: str
     default: []
+  fact_name:
+    description:
+      - "Also set this host fact to the node's summary (C(verdict), C(ok), C(error), C(failed_checks), C(warned_checks),
+        C(lines), C(checks), C(parity), C(packages) and C(gid), the resolved GID per HCA as C(hca -> {port, index, gid, ndev})),
+        on success and on bad input (then C(error) holds the message), so a caller needs no C(set_fact) task."
+    type: str
+  fact_labels:
+    description: Keys added to the O(fact_name) fact as they are (for example the host's name and rank).
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -222,6 +232,11 @@ parity:
   sample: {"kernel": "7.0.0-1019-nvidia", "driver": "580.159.03-open", "firmware": "rocep1s0f0 28.45.1200",
            "nccl": "2.27.7-1", "image": "sha256:0123456789a", "swap": "off", "clocks": "0-2200 MHz",
            "fragmentation": "start", "gid_index": "rocep1s0f0:3", "kho": "off"}
+ansible_facts:
+  description: With O(fact_name), that fact - the summary of this node (see O(fact_name)).
+  returned: when fact_name is set
+  type: dict
+  sample: {preflight_result: {verdict: start, ok: true, error: "", gid: {rocep1s0f0: {port: 1, index: 3}}}}
 packages:
   description: Installed packages matching O(packages), with their versions and whether they are held.
   returned: success
@@ -266,6 +281,8 @@ def main() -> None:
             checks=dict(type="list", elements="str", default=list(CHECKS), choices=list(CHECKS)),
             advisory=dict(type="list", elements="str", default=[], choices=list(CHECKS)),
             packages=dict(type="list", elements="str", default=[]),
+            fact_name=dict(type="str"),
+            fact_labels=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
@@ -284,8 +301,27 @@ def main() -> None:
     try:
         result = preflight(request)
     except PreflightError as exc:
-        module.fail_json(msg=f"node_preflight on {socket.gethostname()}: {exc}")
+        msg = f"node_preflight on {socket.gethostname()}: {exc}"
+        extra = {}
+        if p["fact_name"]:
+            extra["ansible_facts"] = {p["fact_name"]: summary(None, msg, p["fact_labels"])}
+        module.fail_json(msg=msg, **extra)
+    if p["fact_name"]:
+        result["ansible_facts"] = {p["fact_name"]: summary(result, "", p["fact_labels"])}
     module.exit_json(changed=False, **result)
+
+
+def summary(result, error: str, labels: dict) -> dict:
+    """The node's verdict as the preflight role keeps it (preflight_result)."""
+    result = result or {}
+    checks = result.get("checks") or []
+    gid = next((c.get("facts", {}).get("hcas") for c in checks if c.get("name") == "gid"), None) or {}
+    out = dict(labels or {})
+    out.update(verdict=result.get("verdict", "not read"), ok=bool(result.get("ok", False)), error=error,
+               failed_checks=result.get("failed_checks", []), warned_checks=result.get("warned_checks", []),
+               lines=result.get("lines", []), checks=checks, parity=result.get("parity", {}),
+               packages=result.get("packages", {}), gid=gid)
+    return out
 
 
 if __name__ == "__main__":

@@ -412,6 +412,23 @@ def test_module_fails_on_bad_input_with_one_clear_message(module):
     assert out.failed and "unknown HCA mlx5_9" in out.result["msg"]
 
 
+def test_module_sets_the_node_summary_as_a_fact_on_success_and_on_bad_input(module):
+    # The preflight role keeps no set_fact task: the module's fact is preflight_result.
+    labels = {"host": "spark2", "rank": 1}
+    out = run_module(module, {**MODULE_ARGS, "fact_name": "preflight_result", "fact_labels": labels})
+    fact = out.result["ansible_facts"]["preflight_result"]
+    assert (fact["host"], fact["rank"], fact["verdict"], fact["ok"], fact["error"]) == ("spark2", 1, "start", True, "")
+    assert fact["lines"] == out.result["lines"] and fact["parity"] == out.result["parity"]
+    gid = next(c for c in out.result["checks"] if c["name"] == "gid")["facts"]["hcas"]
+    assert fact["gid"] == gid and fact["gid"], "the resolved GID per HCA is what the engine's env takes"
+    bad = run_module(module, {**MODULE_ARGS, "hcas": ["mlx5_9"], "fact_name": "preflight_result",
+                              "fact_labels": labels})
+    fact = bad.result["ansible_facts"]["preflight_result"]
+    assert bad.failed and not fact["ok"] and fact["verdict"] == "not read" and "unknown HCA mlx5_9" in fact["error"]
+    assert fact["gid"] == {} and fact["host"] == "spark2"
+    assert "ansible_facts" not in run_module(module, MODULE_ARGS).result
+
+
 # ------------------------------------------------------------------ the parity filter (roles/preflight)
 
 def _filters():
