@@ -161,6 +161,24 @@ def test_measure_reports_both_throughputs_and_hashes_everything(ckpt):
     assert m["ratio"] == pytest.approx(m["verify_mb_per_s"] / m["read_mb_per_s"], rel=0.02)
 
 
+def test_measure_rounds_alternate_pairs_and_compare_medians(ckpt, monkeypatch):
+    manifest = cm.build(str(ckpt))["manifest"]
+    calls = []
+    real_read, real_hash = cm.sequential_read, cm._hash_all
+    monkeypatch.setattr(cm, "sequential_read", lambda paths: calls.append("read") or real_read(paths))
+    monkeypatch.setattr(cm, "_hash_all", lambda *a: calls.append("verify") or real_hash(*a))
+    result = cm.verify(str(ckpt), manifest, measure=True, measure_rounds=3)
+    assert calls == ["read", "verify"] * 3, "the passes alternate, the last verification is the real one"
+    m = result["measure"]
+    assert result["ok"] and m["rounds"] == 3 and len(m["pairs"]) == 3
+    assert m["read_seconds"] == pytest.approx(sorted(r for r, _ in m["pairs"])[1], abs=1e-4)
+    assert m["verify_seconds"] == pytest.approx(sorted(h for _, h in m["pairs"])[1], abs=1e-4)
+    # A corrupted file found by the real verification is still reported with the extra rounds.
+    flip_byte(ckpt / BIG)
+    bad = cm.verify(str(ckpt), manifest, measure=True, measure_rounds=2)
+    assert not bad["ok"] and [p["kind"] for p in bad["problems"]] == ["sha256"]
+
+
 def test_cli_prints_one_json_line(ckpt, tmp_path):
     manifest_file = tmp_path / "m.json"
     out = io.StringIO()
