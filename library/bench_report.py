@@ -95,9 +95,9 @@ invalid_count:
 import io
 import json
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.atomic_file import write_atomic
 from ansible.module_utils.bench_stats import bootstrap_ratio_ci
 
 PLOTS = (
@@ -268,23 +268,6 @@ def _read(path: str) -> bytes | None:
         return None
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".bench_report.", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def build(candidate: dict, incumbent: dict | None, dest: str, title: str) -> dict:
     """Every file of the report as {path: bytes}, plus the comparisons."""
     comparisons = compare(candidate, incumbent)
@@ -323,7 +306,8 @@ def main() -> None:
     if not module.check_mode:
         try:
             for path in written:
-                _write_atomic(path, built["files"][path])
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                write_atomic(path, built["files"][path])
         except OSError as exc:
             module.fail_json(msg=f"cannot write the report under {dest}: {exc}", dest=dest)
     module.exit_json(**result)

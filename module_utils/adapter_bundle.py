@@ -21,9 +21,10 @@ import os
 import re
 import stat
 import tarfile
-import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
+
+from ansible.module_utils.atomic_file import write_atomic
 
 FORMAT = 1
 MANIFEST_NAME = "sparkfleet-bundle.json"
@@ -384,9 +385,9 @@ def write_archive(bundle: Bundle, directory: str) -> dict:
     if os.path.isfile(path) and file_sha256(path) == sha:
         return {"path": path, "sha256": sha, "bytes": len(data), "written": False}
     os.makedirs(directory, exist_ok=True)
-    _atomic_write(path, data, 0o644)
+    write_atomic(path, data, 0o644)
     # The manifest beside it, readable without unpacking (the run's evidence of what was deployed).
-    _atomic_write(os.path.join(directory, f"bundle-{bundle.hash[:SHORT]}.json"), bundle.manifest_text().encode(), 0o644)
+    write_atomic(os.path.join(directory, f"bundle-{bundle.hash[:SHORT]}.json"), bundle.manifest_text().encode(), 0o644)
     return {"path": path, "sha256": sha, "bytes": len(data), "written": True}
 
 
@@ -419,24 +420,6 @@ def read_archive(path: str, manifest: dict) -> Dict[str, bytes]:
             return read_archive_bytes(fh.read(), manifest)
     except OSError as exc:
         raise BundleError(f"cannot read the bundle archive {path}: {exc.strerror or exc}", path=path)
-
-
-def _atomic_write(path: str, data: bytes, mode: int, owner: Optional[Tuple[int, int]] = None) -> None:
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        if owner:
-            os.chown(tmp, *owner)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _text(data: Optional[bytes]) -> str:
@@ -491,7 +474,7 @@ def sync_context(context: str, manifest: dict, contents: Optional[Dict[str, byte
         _makedirs(context, os.path.dirname(rel), owner)
         if os.path.islink(full):
             os.unlink(full)
-        _atomic_write(full, new, FILE_MODE, owner)
+        write_atomic(full, new, FILE_MODE, owner)
     extras = context_state(context, manifest)["extras"] if os.path.isdir(context) else []
     for rel in extras:
         before.append(f"== {rel}\n(not in the bundle)\n")

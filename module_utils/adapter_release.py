@@ -23,12 +23,12 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ansible.module_utils.adapter_bundle import (
     MANIFEST_NAME, SHORT, BundleError, file_sha256, parse_manifest, read_archive, sync_context)
+from ansible.module_utils.atomic_file import write_atomic
 
 RECORD_FORMAT = 1
 RECORD_NAME = "releases.json"
@@ -135,24 +135,7 @@ def record_text(record: dict) -> str:
 
 def save_record(state_dir: str, record: dict) -> None:
     os.makedirs(state_dir, mode=0o755, exist_ok=True)
-    path = os.path.join(state_dir, RECORD_NAME)
-    fd, tmp = tempfile.mkstemp(prefix=f".{RECORD_NAME}.", dir=state_dir)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(record_text(record))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-        dfd = os.open(state_dir, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomic(os.path.join(state_dir, RECORD_NAME), record_text(record))
 
 
 def activation_order(record: dict) -> List[str]:

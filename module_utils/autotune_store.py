@@ -33,10 +33,11 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
+
+from ansible.module_utils.atomic_file import write_atomic
 
 SCHEMA = "sparkfleet-autotune-provenance/1"
 PROVENANCE_FILE = "sparkfleet-provenance.json"
@@ -299,27 +300,6 @@ def plan_provenance(root: str, rank: int, provenance: dict, keys: Optional[Itera
         record, after = render_provenance(entry["key"], rank, provenance, entry)
         writes.append(ProvenanceWrite(key=entry["key"], path=path, before=before, after=after, record=record))
     return writes
-
-
-def write_atomic(path: str, text: str) -> None:
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=".sparkfleet-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 def apply_provenance(writes: Iterable[ProvenanceWrite]) -> None:

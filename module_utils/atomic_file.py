@@ -1,0 +1,40 @@
+"""Crash-safe file replacement: a temporary file in the same directory, written and fsync'd, given
+its mode (and owner), renamed over the target, then the directory fsync'd so the rename survives a
+power cut. A failure removes the temporary file and leaves the old content in place."""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Optional, Tuple, Union
+
+
+def fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str, data: Union[bytes, str], mode: int = 0o644,
+                 owner: Optional[Tuple[int, int]] = None, sync_dir: bool = True) -> None:
+    """Replace ``path`` with ``data`` (str is written as UTF-8) so that readers see the old or the new
+    content, never a mix, and the new content is on disk when this returns."""
+    directory = os.path.dirname(os.path.abspath(path))
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        if owner:
+            os.chown(tmp, *owner)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    if sync_dir:
+        fsync_dir(directory)
