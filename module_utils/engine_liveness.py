@@ -14,7 +14,7 @@ deadlocked in a collective with /health green. So, after every boot:
 2. ``smoke``: every prompt of the table (non-streaming, temperature 0, thinking off) must answer exactly its
    expected text (only surrounding whitespace is ignored). FLEET.md section 8: "19 + 23" gives ``42``.
 
-Standard library only (runs on the head as a module). ``check(...)`` returns the verdict dict; nothing here
+Standard library plus decode_client (runs on the head as a module). ``check(...)`` returns the verdict dict; nothing here
 restarts anything.
 """
 from __future__ import annotations
@@ -25,6 +25,8 @@ import time
 from typing import Callable, Optional
 from urllib.parse import urlsplit
 
+from ansible.module_utils.decode_client import Endpoint as _ClientEndpoint
+
 CHAT_PATH = "/v1/chat/completions"
 DEFAULT_PROMPT = ("Write a short story about a lighthouse keeper who finds a message in a bottle. Describe the "
                   "weather, the sea and the keeper's evening routine in plain prose.")
@@ -34,27 +36,17 @@ class LivenessError(Exception):
     """Bad input: one sentence an operator can act on."""
 
 
-class Endpoint:
+class Endpoint(_ClientEndpoint):
+    """decode_client's endpoint (one new connection per request), with the URL checked first."""
+
     def __init__(self, url: str, api_key: Optional[str]):
         parts = urlsplit(url or "")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise LivenessError(f"url must be http(s)://host:port, got {url!r}")
-        self.url = url.rstrip("/")
-        self.https = parts.scheme == "https"
-        self.host = parts.hostname
-        self.port = parts.port or (443 if self.https else 80)
-        self.base = parts.path.rstrip("/")
-        self.api_key = api_key
+        super().__init__(url, api_key)
 
-    def connection(self, timeout: float) -> http.client.HTTPConnection:
-        cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
-        return cls(self.host, self.port, timeout=timeout)
-
-    def headers(self) -> dict:
-        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        return headers
+    def headers(self, json_body: bool = True) -> dict:
+        return super().headers(json_body=json_body)
 
 
 def _body(model: Optional[str], prompt: str, max_tokens: int, stream: bool) -> bytes:
