@@ -92,24 +92,26 @@ def test_knobs_each_fail_exactly_one_check_on_their_host_naming_the_fix(testbed)
     assert failed_checks(run) == {"spark1": [], "spark2": [], "spark3": ["fabric"]}
     fabric = check(node_results(run)["spark3"], "fabric")
     assert "eth0 has MTU 1500, not 9000" in fabric["summary"] and "mtu 9000" in fabric["fix"]
-    # The moved GID index is resolved on spark2 and noted as a per-node value on spark2 only.
+    # The moved GID index is resolved on spark2 and reported as a parity difference on spark2 only (this run
+    # needs no parity, so it is not a failure here).
     assert check(node_results(run)["spark2"], "gid")["facts"]["gid_index"] == 5
-    assert parity(run)["differences"] == []
-    assert [(d["key"], list(d["hosts"])) for d in parity(run)["notes"]] == [("gid_index", ["spark2"])]
+    assert [(d["key"], list(d["hosts"])) for d in parity(run)["differences"]] == [("gid_index", ["spark2"])]
+    assert parity(run)["notes"] == []
 
 
-def test_differing_gid_indices_are_per_node_and_fail_parity_only_when_declared_shared(testbed):
-    # Each rank's engine uses its own node's index (engine_env_nccl_gid: resolved): a moved index does not stop a
-    # benchmark or a rollout. A fleet that shares one pin declares gid_index a parity key like any other.
+def test_differing_gid_indices_fail_parity_unless_declared_per_node(testbed):
+    # By default a moved index stops a benchmark or a rollout, naming the node and the fix; a fleet whose indices
+    # differ by design (each rank's engine uses its own node's: engine_env_nccl_gid: resolved) declares them per node.
     up_with("spark2:gid_moved")
     strict = run_playbook("preflight.yml", extravars={"preflight_parity_required": True})
-    assert strict.rc == 0, strict.stdout[-2000:]
-    assert "PER NODE (expected, not a difference): gid_index differs on spark2 (rocep1s0f0:5)" in strict.stdout
-    shared = run_playbook("preflight.yml", extravars={"preflight_parity_required": True,
-                                                      "preflight_parity_per_node_keys": []})
-    assert shared.rc != 0
-    assert failed_checks(shared) == {"spark1": [], "spark2": [], "spark3": []}
-    assert "Fleet parity: gid_index differs on spark2 (rocep1s0f0:5) from rocep1s0f0:3 on spark1, spark3" in shared.stdout
+    assert strict.rc != 0
+    assert failed_checks(strict) == {"spark1": [], "spark2": [], "spark3": []}
+    assert "Fleet parity: gid_index differs on spark2 (rocep1s0f0:5) from rocep1s0f0:3 on spark1, spark3" in strict.stdout
+    assert "preflight_parity_per_node_keys" in strict.stdout  # the fix names the switch
+    per_node = run_playbook("preflight.yml", extravars={"preflight_parity_required": True,
+                                                        "preflight_parity_per_node_keys": ["gid_index"]})
+    assert per_node.rc == 0, per_node.stdout[-2000:]
+    assert "PER NODE (expected, not a difference): gid_index differs on spark2 (rocep1s0f0:5)" in per_node.stdout
     pinned = run_playbook("preflight.yml", extravars={"preflight_gid_index_pin": 3})
     assert failed_checks(pinned) == {"spark1": [], "spark2": ["gid"], "spark3": []}
 
