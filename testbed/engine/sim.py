@@ -229,6 +229,17 @@ def _recv(reader) -> dict | None:
     return json.loads(line) if line else None
 
 
+def _fail_rendezvous(peers: dict, error: str) -> None:
+    """Tell every connected peer why the rendezvous failed, then fail this rank's boot."""
+    for conn, _, _ in peers.values():
+        if conn:
+            try:
+                _send(conn, {"ok": False, "error": error})
+            except OSError:
+                pass
+    raise BootError(f"Rendezvous failed: {error}")
+
+
 def rendezvous_head(info: dict, tp: int, port: int, timeout: float) -> tuple[dict, list]:
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -261,26 +272,13 @@ def rendezvous_head(info: dict, tp: int, port: int, timeout: float) -> tuple[dic
         missing = sorted(set(range(tp)) - set(peers))
         error = f"timed out after {timeout:.0f} s waiting for rank(s) {missing} at port {port}"
     if error:
-        for conn, _, _ in peers.values():
-            if conn:
-                try:
-                    _send(conn, {"ok": False, "error": error})
-                except OSError:
-                    pass
-        raise BootError(f"Rendezvous failed: {error}")
+        _fail_rendezvous(peers, error)
     infos = {r: p[2] for r, p in peers.items()}
     # NCCL connects every rank's queue pairs: a rank whose GID cannot carry them fails the whole init.
     broken = [(r, i) for r, i in sorted(infos.items()) if not (i.get("nccl") or {"ok": True})["ok"]]
     if broken:
-        error = "NCCL init failed: " + "; ".join(
-            f"rank {r} ({i.get('host')}) {i['nccl']['error']}" for r, i in broken)
-        for conn, _, _ in peers.values():
-            if conn:
-                try:
-                    _send(conn, {"ok": False, "error": error})
-                except OSError:
-                    pass
-        raise BootError(f"Rendezvous failed: {error}")
+        _fail_rendezvous(peers, "NCCL init failed: " + "; ".join(
+            f"rank {r} ({i.get('host')}) {i['nccl']['error']}" for r, i in broken))
     decision = autotune_decision(infos, tp)
     for r, (conn, _, _) in peers.items():
         if conn:
