@@ -286,6 +286,37 @@ def twin_weights(weights: Mapping[str, torch.Tensor]) -> tuple[dict[str, Twin], 
 
 
 @triton.jit
+def _store_tile(acc, y_ptr, ws_ptr, sem_ptr, M, split_k, stride_ym, stride_yg, g, r0, offs_m, pid_gr, pid_m, pid_k,
+                BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, USE_SPLIT: tl.constexpr, SPLIT: tl.constexpr):
+    """Write the [BLOCK_R, BLOCK_M] fp32 tile as bf16 y; with split-K, only after every split's partial.
+
+    Deterministic split-K: every split parks its fp32 partial; the last to arrive sums them in split
+    order 0..S-1 (not arrival order) and resets the tile's counter for the next launch."""
+    offs_r = r0 + tl.arange(0, BLOCK_R)
+    y_ptrs = y_ptr + offs_m[None, :].to(tl.int64) * stride_ym + g * stride_yg + offs_r[:, None]
+    y_mask = offs_m[None, :] < M
+    if USE_SPLIT:
+        tile = pid_gr * tl.num_programs(0) + pid_m
+        tile_elems = BLOCK_R * BLOCK_M
+        offs_t = tl.arange(0, BLOCK_R)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
+        ws_tile = ws_ptr + tile.to(tl.int64) * split_k * tile_elems
+        tl.store(ws_tile + pid_k * tile_elems + offs_t, acc)
+        # CTA barrier, then one GPU-scope release: the same publication pattern as CUTLASS's
+        # split-K semaphore (release is cumulative over the writes the barrier ordered before it)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(sem_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if arrived == split_k - 1:
+            # unrolled over the compile-time split count: every partial load is in flight at once
+            total = tl.zeros([BLOCK_R, BLOCK_M], dtype=tl.float32)
+            for s in tl.static_range(SPLIT):
+                total += tl.load(ws_tile + s * tile_elems + offs_t, cache_modifier=".cg")
+            tl.store(y_ptrs, total.to(tl.bfloat16), mask=y_mask)
+            tl.atomic_xchg(sem_ptr + tile, 0, sem="relaxed", scope="gpu")
+    else:
+        tl.store(y_ptrs, acc.to(tl.bfloat16), mask=y_mask)
+
+
+@triton.jit
 def _wo_a_kernel(
     x_ptr, w_ptr, e_ptr, y_ptr, ws_ptr, sem_ptr,
     M, R, D, k_per_split, split_k,
@@ -368,30 +399,8 @@ def _wo_a_kernel(
 
     if SWAP_AB and not FMA:
         acc = tl.trans(acc)
-    offs_r = r0 + tl.arange(0, BLOCK_R)
-    y_ptrs = y_ptr + offs_m[None, :].to(tl.int64) * stride_ym + g * stride_yg + offs_r[:, None]
-    y_mask = offs_m[None, :] < M
-    if USE_SPLIT:
-        # Deterministic split-K: every split parks its fp32 partial; the last to arrive sums them in
-        # split order 0..S-1 (not arrival order) and resets the tile's counter for the next launch.
-        tile = pid_gr * tl.num_programs(0) + pid_m
-        tile_elems = BLOCK_R * BLOCK_M
-        offs_t = tl.arange(0, BLOCK_R)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
-        ws_tile = ws_ptr + tile.to(tl.int64) * split_k * tile_elems
-        tl.store(ws_tile + pid_k * tile_elems + offs_t, acc)
-        # CTA barrier, then one GPU-scope release: the same publication pattern as CUTLASS's
-        # split-K semaphore (release is cumulative over the writes the barrier ordered before it)
-        tl.debug_barrier()
-        arrived = tl.atomic_add(sem_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if arrived == split_k - 1:
-            # unrolled over the compile-time split count: every partial load is in flight at once
-            total = tl.zeros([BLOCK_R, BLOCK_M], dtype=tl.float32)
-            for s in tl.static_range(SPLIT):
-                total += tl.load(ws_tile + s * tile_elems + offs_t, cache_modifier=".cg")
-            tl.store(y_ptrs, total.to(tl.bfloat16), mask=y_mask)
-            tl.atomic_xchg(sem_ptr + tile, 0, sem="relaxed", scope="gpu")
-    else:
-        tl.store(y_ptrs, acc.to(tl.bfloat16), mask=y_mask)
+    _store_tile(acc, y_ptr, ws_ptr, sem_ptr, M, split_k, stride_ym, stride_yg, g, r0, offs_m, pid_gr, pid_m, pid_k,
+                BLOCK_M, BLOCK_R, USE_SPLIT, SPLIT)
 
 
 @triton.jit
@@ -463,27 +472,8 @@ def _wo_a_acc_kernel(
 
     if SWAP_AB:
         acc = tl.trans(acc)
-    offs_rr = r0 + tl.arange(0, BLOCK_R)
-    y_ptrs = y_ptr + offs_m[None, :].to(tl.int64) * stride_ym + g * stride_yg + offs_rr[:, None]
-    y_mask = offs_m[None, :] < M
-    if USE_SPLIT:
-        # Deterministic split-K as in _wo_a_kernel.
-        tile = pid_gr * tl.num_programs(0) + pid_m
-        tile_elems = BLOCK_R * BLOCK_M
-        offs_t = tl.arange(0, BLOCK_R)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
-        ws_tile = ws_ptr + tile.to(tl.int64) * split_k * tile_elems
-        tl.store(ws_tile + pid_k * tile_elems + offs_t, acc)
-        tl.debug_barrier()
-        arrived = tl.atomic_add(sem_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if arrived == split_k - 1:
-            # unrolled over the compile-time split count: every partial load is in flight at once
-            total = tl.zeros([BLOCK_R, BLOCK_M], dtype=tl.float32)
-            for s in tl.static_range(SPLIT):
-                total += tl.load(ws_tile + s * tile_elems + offs_t, cache_modifier=".cg")
-            tl.store(y_ptrs, total.to(tl.bfloat16), mask=y_mask)
-            tl.atomic_xchg(sem_ptr + tile, 0, sem="relaxed", scope="gpu")
-    else:
-        tl.store(y_ptrs, acc.to(tl.bfloat16), mask=y_mask)
+    _store_tile(acc, y_ptr, ws_ptr, sem_ptr, M, split_k, stride_ym, stride_yg, g, r0, offs_m, pid_gr, pid_m, pid_k,
+                BLOCK_M, BLOCK_R, USE_SPLIT, SPLIT)
 
 
 # --------------------------------------------------------------------------------------------
