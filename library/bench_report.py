@@ -97,7 +97,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.atomic_file import write_atomic
+from ansible.module_utils.file_io import write_atomic
 from ansible.module_utils.bench_stats import bootstrap_ratio_ci
 
 PLOTS = (

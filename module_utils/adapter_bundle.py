@@ -24,7 +24,7 @@ import tarfile
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from ansible.module_utils.atomic_file import write_atomic
+from ansible.module_utils.file_io import sha256_file, write_atomic
 
 FORMAT = 1
 MANIFEST_NAME = "sparkfleet-bundle.json"
@@ -102,14 +102,6 @@ def manifest_text(manifest: dict) -> str:
     return json.dumps(manifest, sort_keys=True, indent=1) + "\n"
 
 
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _excluded(name: str, exclude: Iterable[str]) -> bool:
     return any(fnmatch.fnmatch(name, pattern) for pattern in exclude)
 
@@ -180,7 +172,7 @@ def scan_dir(root: str, prefix: str, exclude: Iterable[str], problems: List[str]
                 problems.append(f"{shown} {problem}")
                 continue
             try:
-                sha = file_sha256(path)
+                sha = sha256_file(path)
             except OSError as exc:
                 problems.append(f"{shown} cannot be read ({exc.strerror or exc}); fix its permissions")
                 continue
@@ -231,7 +223,7 @@ def build(adapter_dir: str, kernels_dir: Optional[str] = None, extra_files: Opti
         if problem:
             problems.append(f"{rel} ({source}) {problem}")
             continue
-        files.append(BundleFile(rel, source, st.st_size, file_sha256(source)))
+        files.append(BundleFile(rel, source, st.st_size, sha256_file(source)))
     if problems:
         raise BundleError(f"the adapter bundle cannot be built: {'; '.join(problems)}", problems=problems)
     files.sort(key=lambda f: f.path)
@@ -309,7 +301,7 @@ def context_state(context: str, manifest: dict) -> dict:
         if not os.path.isfile(full) or os.path.islink(full):
             differing.append({"path": path, "want": entry["sha256"], "have": None})
             continue
-        have = file_sha256(full)
+        have = sha256_file(full)
         if have != entry["sha256"]:
             differing.append({"path": path, "want": entry["sha256"], "have": have})
     extras = []
@@ -382,7 +374,7 @@ def write_archive(bundle: Bundle, directory: str) -> dict:
         raise BundleError("the bundle's files changed while the archive was written: run again")
     path = os.path.join(directory, f"bundle-{bundle.hash[:SHORT]}.tar")
     sha = hashlib.sha256(data).hexdigest()
-    if os.path.isfile(path) and file_sha256(path) == sha:
+    if os.path.isfile(path) and sha256_file(path) == sha:
         return {"path": path, "sha256": sha, "bytes": len(data), "written": False}
     os.makedirs(directory, exist_ok=True)
     write_atomic(path, data, 0o644)

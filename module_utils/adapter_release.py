@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ansible.module_utils.adapter_bundle import (
-    MANIFEST_NAME, SHORT, BundleError, file_sha256, parse_manifest, read_archive, sync_context)
-from ansible.module_utils.atomic_file import write_atomic
+    MANIFEST_NAME, SHORT, BundleError, parse_manifest, read_archive, sync_context)
+from ansible.module_utils.file_io import sha256_file, write_atomic
 
 RECORD_FORMAT = 1
 RECORD_NAME = "releases.json"
@@ -258,7 +258,7 @@ def build(req: BuildRequest, docker: Docker, check_mode: bool) -> dict:
     if base_id is None:
         raise ReleaseError(f"the base image {base_image} (FROM of {dockerfile}) is not on this node; nothing is "
                            "pulled here: load it first", base_image=base_image)
-    dockerfile_sha = file_sha256(dockerfile)
+    dockerfile_sha = sha256_file(dockerfile)
     have_archive = bool(req.archive) and os.path.isfile(req.archive)
     if not have_archive and not check_mode:
         raise ReleaseError(f"the bundle archive {req.archive or '(none given)'} is not on this node; copy it first",

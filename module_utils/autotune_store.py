@@ -28,7 +28,6 @@ Plain Python, standard library only (runs on the hosts).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -37,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
-from ansible.module_utils.atomic_file import write_atomic
+from ansible.module_utils.file_io import sha256_file, write_atomic
 
 SCHEMA = "sparkfleet-autotune-provenance/1"
 PROVENANCE_FILE = "sparkfleet-provenance.json"
@@ -79,14 +78,6 @@ class ProvenanceWrite:
     @property
     def changed(self) -> bool:
         return self.before != self.after
-
-
-def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def validate_key(key: str) -> str:

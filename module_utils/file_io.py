@@ -1,8 +1,13 @@
-"""Crash-safe file replacement: a temporary file in the same directory, written and fsync'd, given
-its mode (and owner), renamed over the target, then the directory fsync'd so the rename survives a
-power cut. A failure removes the temporary file and leaves the old content in place."""
+"""File helpers the modules share.
+
+``write_atomic``: crash-safe replacement: a temporary file in the same directory, written and fsync'd,
+given its mode (and owner), renamed over the target, then the directory fsync'd so the rename survives
+a power cut. A failure removes the temporary file and leaves the old content in place.
+``sha256_file``: the sha256 of a file read in 1 MiB blocks. (Engram relocation and checkpoint
+verification hash with their own readers: they drop page cache and report progress as they go.)"""
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from typing import Optional, Tuple, Union
@@ -38,3 +43,11 @@ def write_atomic(path: str, data: Union[bytes, str], mode: int = 0o644,
         raise
     if sync_dir:
         fsync_dir(directory)
+
+
+def sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
