@@ -31,13 +31,22 @@ def bind(source: str, target: str, readonly: bool = False, recursive: bool = Fal
         sh("mount", "-o", "remount,bind,ro", target)
 
 
+def write_atomic(path: str, text: str) -> None:
+    with open(path + ".tmp", "w") as fh:
+        fh.write(text)
+    os.replace(path + ".tmp", path)
+
+
 def main() -> None:
     cdir = sys.argv[1]
     spec = json.load(open(os.path.join(cdir, "spec.json")))
     os.setsid()
-    with open(os.path.join(cdir, "pid.tmp"), "w") as fh:
-        fh.write(str(os.getpid()))
-    os.replace(os.path.join(cdir, "pid.tmp"), os.path.join(cdir, "pid"))
+    # The docker stand-in signals this session's process group. Its start time comes first: a pid file is
+    # there only with it, and it tells this process from a later one that reuses the pid.
+    with open("/proc/self/stat") as fh:
+        start_time = fh.read().rsplit(")", 1)[1].split()[19]
+    write_atomic(os.path.join(cdir, "pidstart"), start_time)
+    write_atomic(os.path.join(cdir, "pid"), str(os.getpid()))
     root = os.path.join(cdir, "rootfs")
     sh("mount", "--bind", root, root)
     for top in ("usr", "dev", "proc", "sys"):

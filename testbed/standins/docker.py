@@ -320,32 +320,122 @@ def load_container(cid: str) -> dict | None:
     return c
 
 
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
+# A container's init (container_init.py) starts its own session, so its pid is also the id of its process
+# group and session, and it records that pid ("pid") and its start time ("pidstart", clock ticks since
+# boot, field 22 of /proc/<pid>/stat), each written by rename. Pids are reused soon (pid_max is 32768 here
+# and every testbed shares one pid namespace), so a recorded pid stands for the container only while the
+# process behind it leads its own session and group and started at the recorded time: anything else is
+# some other process that got the number, and is never signalled.
+
+PID_FILE_WAIT_S = 2.0
+KILL_WAIT_S = 5.0
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat from the state on (state, ppid, pgrp, session, ...), None when gone."""
     try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except (FileNotFoundError, ProcessLookupError):
+        # ProcessLookupError: the process was reaped between the open and the read.
+        return None
+    fields = data.rsplit(b")", 1)[-1].split()
+    return [f.decode() for f in fields] if len(fields) > 19 else None
+
+
+def _read_small(path: str) -> str | None:
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except FileNotFoundError:
+        return None
+
+
+class ContainerProcess:
+    """The init process of a running container, known by its pid and, where recorded, its start time."""
+
+    def __init__(self, pid: int, start: str | None):
+        self.pid = pid
+        self.start = start
+
+    def __repr__(self) -> str:
+        return f"ContainerProcess(pid={self.pid}, start={self.start})"
+
+    def alive(self) -> bool:
+        """True while the recorded process runs; False once it exited (or is a zombie) or the pid is reused."""
+        stat = _proc_stat(self.pid)
+        if stat is None or stat[0] in ("Z", "X", "x"):
+            return False
+        if stat[2] != str(self.pid) or stat[3] != str(self.pid):
+            return False
+        return self.start is None or stat[19] == self.start
+
+    def signal_group(self, sig: int) -> bool:
+        """Signal the container's process group, checked to be still the container's just before; False
+        when the container's init is gone (nothing is signalled then)."""
+        if not self.alive():
+            return False
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            raise DockerError(f"Error response from daemon: cannot signal the processes of container "
+                              f"(pid {self.pid}): permission denied")
+        return True
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to timeout seconds for the init to exit; True when it did."""
+        deadline = time.monotonic() + timeout
+        while self.alive():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+
+def _recorded_pid(cdir: str) -> tuple[int, str | None] | None:
+    """The pid and start time the init recorded; None while there is no whole pid file (not started yet, or
+    a file that is empty or not a number)."""
+    text = _read_small(os.path.join(cdir, "pid"))
+    if not text or not text.isdigit() or int(text) <= 0:
+        return None
+    start = _read_small(os.path.join(cdir, "pidstart"))
+    return int(text), (start if start and start.isdigit() else None)
+
+
+def container_process(cdir: str, wait_for_pid: float = 0.0) -> ContainerProcess | None:
+    """The running init of the container in cdir, or None when it is not running: it exited (the shim
+    wrote its exit code), it never wrote a pid file, or its pid now belongs to another process. A start
+    that has not yet written its pid file is waited for up to wait_for_pid seconds."""
+    deadline = time.monotonic() + wait_for_pid
+    while True:
+        if os.path.exists(os.path.join(cdir, "exitcode")):
+            return None
+        recorded = _recorded_pid(cdir)
+        if recorded is not None:
+            proc = ContainerProcess(*recorded)
+            if not proc.alive():
+                return None
+            # The exit code is written after the init exits: checked again, the pid cannot be a later one's.
+            return None if os.path.exists(os.path.join(cdir, "exitcode")) else proc
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.02)
 
 
 def _state(cdir: str, state: dict) -> dict:
     state = dict(state)
-    try:
-        pid = int(open(os.path.join(cdir, "pid")).read())
-    except (FileNotFoundError, ValueError):
-        pid = 0
     exit_file = os.path.join(cdir, "exitcode")
-    running = pid and _pid_alive(pid) and not os.path.exists(exit_file)
-    if state.get("Status") == "created" and not pid:
+    if state.get("Status") == "created" and _recorded_pid(cdir) is None and not os.path.exists(exit_file):
         return state
-    if running:
+    proc = container_process(cdir)
+    if proc is not None:
         paused = os.path.exists(os.path.join(cdir, "paused"))
-        state.update(Status="paused" if paused else "running", Running=True, Paused=paused, Pid=pid)
+        state.update(Status="paused" if paused else "running", Running=True, Paused=paused, Pid=proc.pid)
     else:
         try:
-            code = int(open(exit_file).read().strip() or 137)
+            code = int(_read_small(exit_file) or 137)
             finished = _dt.datetime.fromtimestamp(os.path.getmtime(exit_file), _dt.timezone.utc)
             state["FinishedAt"] = finished.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         except (FileNotFoundError, ValueError):
@@ -502,11 +592,8 @@ def start(container: dict, detach: bool = True) -> int:
     if not spec["argv"]:
         raise DockerError("docker: Error response from daemon: no command specified.", 125)
     _write_json(os.path.join(cdir, "spec.json"), spec)
-    for name in ("pid", "exitcode", "paused"):
-        try:
-            os.unlink(os.path.join(cdir, name))
-        except FileNotFoundError:
-            pass
+    for name in ("pid", "pidstart", "exitcode", "paused"):
+        _unlink(os.path.join(cdir, name))
     state = dict(container["State"], StartedAt=now_iso(), Status="running", FinishedAt="0001-01-01T00:00:00Z")
     container["State"] = state
     _write_json(os.path.join(cdir, "config.v2.json"), container)
@@ -519,12 +606,13 @@ def start(container: dict, detach: bool = True) -> int:
             proc.send_signal(signal.SIGTERM)
             code = proc.wait()
         code = code if code >= 0 else 128 - code
-        with open(os.path.join(cdir, "exitcode"), "w") as fh:
-            fh.write(str(code))
+        _write_text(os.path.join(cdir, "exitcode"), f"{code}\n")
         return code
-    # A shell is the shim: it outlives the CLI, waits for the container and records its exit code.
+    # A shell is the shim: it outlives the CLI, waits for the container and records its exit code (by rename:
+    # a reader never sees an empty exit code file).
+    exit_file = shlex.quote(os.path.join(cdir, "exitcode"))
     shim = f'{" ".join(shlex.quote(a) for a in argv)} >> {shlex.quote(container["LogPath"])} 2>&1; ' \
-           f'echo $? > {shlex.quote(os.path.join(cdir, "exitcode"))}'
+           f'echo $? > {exit_file}.tmp && /bin/mv -f {exit_file}.tmp {exit_file}'
     subprocess.Popen(["setsid", "/bin/sh", "-c", shim], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                      stderr=subprocess.DEVNULL, close_fds=True)
     deadline = time.monotonic() + 10
@@ -536,35 +624,66 @@ def start(container: dict, detach: bool = True) -> int:
 
 
 def stop(container: dict, timeout: float = 10.0) -> None:
-    state = container["State"]
-    if not state["Running"]:
-        return
-    pid = state["Pid"]
-    for sig in (signal.SIGCONT, signal.SIGTERM):
-        _killpg(pid, sig)
+    """docker stop: SIGTERM to the container's processes, SIGKILL to them after timeout seconds, then wait
+    for the exit code. A container that is not running (never started, exited, or whose recorded pid now
+    belongs to another process) is left as it is: docker stop succeeds on it too."""
     cdir = os.path.dirname(container["LogPath"])
-    try:
-        os.unlink(os.path.join(cdir, "paused"))
-    except FileNotFoundError:
-        pass
-    deadline = time.monotonic() + timeout
-    while _pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    if _pid_alive(pid):
-        _killpg(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5
+    recorded = (_read_json(os.path.join(cdir, "config.v2.json")) or {}).get("State") or {}
+    # Started (not "created") but no pid file yet: the init is starting, give it a moment to write one.
+    proc = container_process(cdir, wait_for_pid=0 if recorded.get("Status") == "created" else PID_FILE_WAIT_S)
+    if proc is not None:
+        # SIGCONT too: a paused container must run to act on the SIGTERM.
+        for sig in (signal.SIGTERM, signal.SIGCONT):
+            proc.signal_group(sig)
+        # A negative timeout waits as long as it takes, as docker's -t -1 does.
+        if not proc.wait(timeout if timeout >= 0 else float("inf")):
+            proc.signal_group(signal.SIGKILL)
+            proc.wait(KILL_WAIT_S)
+    _unlink(os.path.join(cdir, "paused"))
+    if proc is not None:
+        _wait_for_exit_code(cdir)
+
+
+def kill(container: dict, sig: int) -> None:
+    """docker kill: one signal to the container's processes; an error when the container is not running."""
+    cdir = os.path.dirname(container["LogPath"])
+    proc = container_process(cdir)
+    if proc is None or not proc.signal_group(sig):
+        raise DockerError(f"Error response from daemon: cannot kill container: {container['Name'].lstrip('/')}: "
+                          f"container {container['Id']} is not running")
+    if sig == signal.SIGKILL and proc.wait(KILL_WAIT_S):
+        _wait_for_exit_code(cdir)
+
+
+def _wait_for_exit_code(cdir: str) -> None:
+    # The shim records the exit code just after the init exits; inspect right after stop must see it.
+    deadline = time.monotonic() + KILL_WAIT_S
     while not os.path.exists(os.path.join(cdir, "exitcode")) and time.monotonic() < deadline:
         time.sleep(0.01)
 
 
-def _killpg(pid: int, sig: int) -> None:
+def _unlink(path: str) -> None:
     try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _write_text(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def parse_signal(text: str) -> int:
+    name = text.strip().upper()
+    if name.isdigit() and 0 < int(name) < signal.NSIG:
+        return int(name)
+    try:
+        return int(signal.Signals[name if name.startswith("SIG") else "SIG" + name])
+    except KeyError:
+        raise DockerError(f"invalid signal: {text}") from None
 
 
 def remove(container: dict, force: bool) -> None:
@@ -859,11 +978,27 @@ def main(argv: list[str]) -> int:
         return 0
     if verb in ("stop", "kill"):
         opts, refs = _take(args, set(), {"-t", "--time", "-s", "--signal"})
-        timeout = float((opts.get("-t") or opts.get("--time") or ["10"])[0]) if verb == "stop" else 0
+        if not refs:
+            raise DockerError(f'"docker {verb}" requires at least 1 argument.\nSee \'docker {verb} --help\'.')
+        timeout_text = (opts.get("-t") or opts.get("--time") or ["10"])[0]
+        try:
+            timeout = float(timeout_text)
+        except ValueError:
+            raise DockerError(f'invalid argument "{timeout_text}" for "-t, --time" flag: strconv.ParseInt: '
+                              f'parsing "{timeout_text}": invalid syntax') from None
+        sig = parse_signal((opts.get("-s") or opts.get("--signal") or ["KILL"])[0])
+        code = 0
         for ref in refs:
-            stop(must_container(ref), timeout)
+            # Like docker: every container is tried, each failure is one line on stderr, and the exit code is 1.
+            try:
+                c = must_container(ref)
+                stop(c, timeout) if verb == "stop" else kill(c, sig)
+            except DockerError as exc:
+                print(str(exc), file=sys.stderr)
+                code = 1
+                continue
             print(ref)
-        return 0
+        return code
     if verb in ("start", "restart"):
         for ref in [a for a in args if not a.startswith("-")]:
             c = must_container(ref)
@@ -897,7 +1032,9 @@ def main(argv: list[str]) -> int:
                 raise DockerError(f"Error response from daemon: container {c['Id']} is already paused")
             if verb == "unpause" and not paused:
                 raise DockerError(f"Error response from daemon: container {c['Id']} is not paused")
-            _killpg(c["State"]["Pid"], signal.SIGSTOP if verb == "pause" else signal.SIGCONT)
+            proc = container_process(cdir)
+            if proc is None or not proc.signal_group(signal.SIGSTOP if verb == "pause" else signal.SIGCONT):
+                raise DockerError(f"Error response from daemon: container {c['Id']} is not running")
             if verb == "pause":
                 open(os.path.join(cdir, "paused"), "w").close()
             else:
@@ -1024,3 +1161,7 @@ if __name__ == "__main__":
         sys.exit(exc.code)
     except BrokenPipeError:
         sys.exit(0)
+    except OSError as exc:
+        # What the machine refused (a file, a process): one line, as the daemon's errors are.
+        print(f"Error response from daemon: {exc}", file=sys.stderr)
+        sys.exit(1)
