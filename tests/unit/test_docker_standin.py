@@ -23,6 +23,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "testbed" / "standins" / "docker.py"
+# Tests replace os.killpg to see what stop signals; the clean-up needs the real one.
+REAL_KILLPG = os.killpg
 
 # An init stand-in: a process group of a leader and one child (like an engine and its worker). On
 # SIGTERM the leader notes it in the folder given and, unless told to ignore it, exits with 143.
@@ -54,13 +56,19 @@ def docker(tmp_path, monkeypatch):
 
 @pytest.fixture
 def procs():
-    """Every process a test starts, killed (by its own handle) at the end whatever happened."""
+    """Every process a test starts, killed at the end whatever happened; an init stand-in with its group
+    (its child outlives a leader that a test killed, and keeps the group, so the group id is still ours)."""
     started: list[subprocess.Popen] = []
     yield started
     for proc in started:
+        if getattr(proc, "leads_group", False):
+            try:
+                REAL_KILLPG(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
+        proc.wait()
 
 
 def start_time(pid: int) -> str:
@@ -93,6 +101,7 @@ def start_init(cdir: Path, procs: list, ignore_term: bool = False, record: bool 
     folder.mkdir()
     init = subprocess.Popen([sys.executable, "-c", INIT, str(folder), "ignore" if ignore_term else "exit"],
                             start_new_session=True)
+    init.leads_group = True
     procs.append(init)
     deadline = time.monotonic() + 10
     while not (folder / "ready").exists():
