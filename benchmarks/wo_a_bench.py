@@ -154,23 +154,30 @@ def read_ceiling(nbytes: int, sets: int, replays: int, repeats: int) -> dict:
 
 
 def full_shape_check(groups: int, m: int, twin: K.Twin, w_bf16: torch.Tensor, gen, cfg=None) -> dict:
-    """Error against float64 and the bf16 einsum, every output written, bitwise determinism."""
-    x = random_x(m, groups, gen, odd=True)
-    ref = torch.einsum("tgd,grd->tgr", x.double(), w_bf16.double())
-    out = torch.full((m, groups, R), float("nan"), dtype=torch.bfloat16, device="cuda")
-    K.wo_a(x, twin, out=out, config=cfg)
-    written = bool(torch.isfinite(out).all())
-    rel = ((out.double() - ref).norm() / ref.norm()).item()
-    ein = torch.einsum("tgd,grd->tgr", x, w_bf16)
-    rel_einsum = ((ein.double() - ref).norm() / ref.norm()).item()
-    first = out.clone()
-    same = True
-    for _ in range(20):
-        out.fill_(float("nan"))
-        K.wo_a(x, twin, out=out, config=cfg)
-        same &= bool(torch.equal(out.view(torch.int16), first.view(torch.int16)))
-    return {"written": written, "rel_err_vs_fp64": rel, "einsum_rel_err_vs_fp64": rel_einsum,
-            "deterministic_eager_x21": same}
+    """Error against float64 and the bf16 einsum, every output written, bitwise determinism, for the
+    timed case (aligned x: the ring kernel on the gluon path); plus the error with odd x strides
+    (the register kernel or the mid path there)."""
+    out = {}
+    for odd in (False, True):
+        x = random_x(m, groups, gen, odd=odd)
+        ref = torch.einsum("tgd,grd->tgr", x.double(), w_bf16.double())
+        y = torch.full((m, groups, R), float("nan"), dtype=torch.bfloat16, device="cuda")
+        K.wo_a(x, twin, out=y, config=cfg)
+        rel = ((y.double() - ref).norm() / ref.norm()).item()
+        if odd:
+            out["odd_strides_rel_err_vs_fp64"] = rel
+            out["written"] &= bool(torch.isfinite(y).all())
+            continue
+        ein = torch.einsum("tgd,grd->tgr", x, w_bf16)
+        out.update(written=bool(torch.isfinite(y).all()), rel_err_vs_fp64=rel,
+                   einsum_rel_err_vs_fp64=((ein.double() - ref).norm() / ref.norm()).item())
+        first, same = y.clone(), True
+        for _ in range(20):
+            y.fill_(float("nan"))
+            K.wo_a(x, twin, out=y, config=cfg)
+            same &= bool(torch.equal(y.view(torch.int16), first.view(torch.int16)))
+        out["deterministic_eager_x21"] = same
+    return out
 
 
 # ------------------------------------------------------------------------------------------ sweep
@@ -285,8 +292,13 @@ def measure(groups, ms, sets, replays, repeats, gen, twins, w_bf16, xs_all, conf
         ein_fns = [lambda i=i: torch.einsum("tgd,grd->tgr", xs[i], w_bf16[i]) for i in range(sets)]
         t_e = graph_time_us(ein_fns, replays, repeats) if with_einsum else float("nan")
         path = "small" if cfg is not None and m <= K.SMALL_MAX_M else "mid" if cfg is not None else K.select_path(m, groups)
-        used = cfg or (GL.config_for(m, groups, R, D, "cuda") if path == "gluon" else K.default_config(m, groups, R, D))
-        rows.append({"G": groups, "M": m, "path": path, "config": asdict(used),
+        if cfg is None and path == "gluon":
+            cfg_ring = GL.default_ring_config(m, R, D, GL._smem_per_block(torch.device("cuda"))) \
+                if GL.ring_ok(xs[0]) else None
+            used = cfg_ring or GL.config_for(m, groups, R, D, "cuda")
+        else:
+            used = cfg or K.default_config(m, groups, R, D)
+        rows.append({"G": groups, "M": m, "path": path, "config": {"kind": type(used).__name__, **asdict(used)},
                      "kernel_us": t_k, "einsum_us": t_e, "graph_matches_eager": graph_ok})
     return rows
 
@@ -460,12 +472,14 @@ def markdown(result: dict) -> str:
              "",
              "| G | M | path | fp8 kernel (us) | bf16 einsum (us) | speedup | fp8 GB/s | % of copy BW | "
              "pure fp8 read (us) | rel err vs fp64 | deterministic | config (m,r,k,split,warps,stages; "
-             "gluon: rows,tokens,warps,K blocks) |",
+             "gluon: rows,tokens,warps,K blocks; ring: rows,tokens,warps,K blocks per stage,stages) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         c = r["config"]
         det = r["deterministic_eager_x21"] and r["graph_matches_eager"] and r["written"]
-        if r["path"] == "gluon":
+        if c.get("kind") == "RingConfig":
+            cfg_text = f"ring {c['block_r']},{c['block_m']},{c['num_warps']},{c['sb']},{c['stages']}"
+        elif r["path"] == "gluon":
             cfg_text = f"{c['block_r']},{c['block_m']},{c['num_warps']},{c['blocks']}"
         else:
             cfg_text = (f"{c['block_m']},{c['block_r']},{c['block_k']},{c['split_k']},{c['num_warps']},"

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Round-4 sweep of the Gluon wo_a kernel (kernels/wo_a_gluon.py) on a CUDA GPU (sm_80+).
 
-    python benchmarks/wo_a_gluon_sweep.py --out gluon.json
+    python benchmarks/wo_a_gluon_sweep.py --out gluon.json                    # register kernel (round 4)
+    python benchmarks/wo_a_gluon_sweep.py --ring --out ring.json             # cp.async ring (round 5)
 
 Same method as benchmarks/wo_a_bench.py: CUDA-graph replay over 16 rotated weight sets, einsum and
 the round-2 dispatcher kernel timed in the same process; each configuration is first checked
@@ -36,6 +37,9 @@ def main() -> int:
     ap.add_argument("--kw", type=int, nargs="+", default=[4, 8])
     ap.add_argument("--blocks", type=int, nargs="+", default=[4, 8, 16])
     ap.add_argument("--block-r", type=int, nargs="+", default=[16, 32])
+    ap.add_argument("--ring", action="store_true", help="sweep RingConfig: --warps, --block-r, --sb, --stages")
+    ap.add_argument("--sb", type=int, nargs="+", default=[2, 4, 8])
+    ap.add_argument("--stages", type=int, nargs="+", default=[2, 3, 4, 6, 8])
     ap.add_argument("--sets", type=int, default=16)
     ap.add_argument("--replays", type=int, default=50)
     ap.add_argument("--repeats", type=int, default=7)
@@ -57,12 +61,20 @@ def main() -> int:
             r2 = graph_time_us([lambda x=x, t=t, y=y: K.wo_a(x, t, out=y) for x, t, y in zip(xs, twins, ys)],
                                args.replays, args.repeats)
             print(f"G={g} M={m}: einsum {ein:.2f} us, round 2 {r2:.2f} us", flush=True)
-            for nw, kw, pf, br in itertools.product(args.warps, args.kw, args.blocks, args.block_r):
-                cfg = GL.GluonConfig(block_r=br, block_m=8 if m <= 8 else 16, num_warps=nw, blocks=pf, k_width=kw)
-                row = {"G": g, "M": m, "warps": nw, "k_width": kw, "blocks": pf, "block_r": br,
+            grid = itertools.product(args.warps, args.sb, args.stages, args.block_r) if args.ring else \
+                itertools.product(args.warps, args.kw, args.blocks, args.block_r)
+            for nw, kw, pf, br in grid:
+                bm = 8 if m <= 8 else 16
+                if args.ring:  # (kw, pf) = (K blocks per stage, stages)
+                    cfg = GL.RingConfig(block_r=br, block_m=bm, num_warps=nw, sb=kw, stages=pf)
+                    if not cfg.fits(m, R, 4096) or cfg.smem_bytes() + 1024 > GL._smem_per_block(torch.device("cuda")):
+                        continue
+                else:
+                    cfg = GL.GluonConfig(block_r=br, block_m=bm, num_warps=nw, blocks=pf, k_width=kw)
+                row = {"G": g, "M": m, "warps": nw, "k_width": kw, "blocks": pf, "block_r": br, "ring": args.ring,
                        "einsum_us": ein, "round2_us": r2}
                 try:
-                    x = random_x(m, g, gen, odd=True)
+                    x = random_x(m, g, gen, odd=not args.ring)  # the ring needs aligned x
                     ref = torch.einsum("tgd,grd->tgr", x.double(), w64)
                     outs = []
                     for _ in range(2):

@@ -10,12 +10,14 @@ the kernels compute the same products as the einsum from half the bytes.
 Public API: :class:`Twin`, :func:`build_twin`, :func:`twin_from_checkpoint`, :func:`twin_weights`,
 :func:`dequantize`, :func:`wo_a`, :func:`select_path`, :func:`einsum_is_faster`, :class:`KernelConfig`.
 
-Paths (see :func:`select_path`): ``gluon`` for 1..8 rows on sm_89+ GPUs (kernels/wo_a_gluon.py:
-weights loaded straight into the mma.sync operand registers), ``small`` for 1..8 rows elsewhere and
+Paths (see :func:`select_path`): ``gluon`` for 1..16 rows on sm_89+ GPUs (kernels/wo_a_gluon.py: a
+cp.async ring streams a tiled copy of the weights and x through shared memory into mma.sync; where x's
+strides do not allow it, 1..8 rows load the weights straight into the operand registers and 9..16
+run ``mid``), ``small`` for 1..8 rows elsewhere and
 under the CPU interpreter (split-K with a deterministic two-level reduction; one row uses a CUDA-core
 variant, more rows the tensor cores with the block scales applied to fp32 partial sums), ``mid`` for
 9..192 rows (per-M tile configurations), ``einsum`` otherwise (prefill, or no GPU). On GPUs where the
-bf16 einsum measured faster (:data:`EINSUM_FASTER`: the H200, 9..192 rows) a caller that passes the
+bf16 einsum measured faster (:data:`EINSUM_FASTER`: the H200, 17..192 rows) a caller that passes the
 bf16 weight gets the einsum for those rows. Every path accumulates in fp32 in a fixed order: results
 are bitwise reproducible run to run. Measurements: docs/kernels.md.
 
@@ -35,7 +37,7 @@ import triton
 import triton.language as tl
 
 from . import wo_a_gluon as _gluon
-from .wo_a_gluon import GluonConfig
+from .wo_a_gluon import GluonConfig, RingConfig
 
 __all__ = [
     "BLOCK",
@@ -102,6 +104,7 @@ class Twin:
     values: torch.Tensor
     exponents: torch.Tensor
     semaphores: torch.Tensor = field(init=False, repr=False, compare=False)
+    _tiles: torch.Tensor | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         v, e = self.values, self.exponents
@@ -134,6 +137,13 @@ class Twin:
         if nan_codes:
             raise ValueError(f"twin values hold {nan_codes} NaN codes; keep this weight on bf16")
         object.__setattr__(self, "semaphores", torch.zeros(_semaphore_count(g, r), dtype=torch.int32, device=v.device))
+
+    def tiles(self) -> torch.Tensor:
+        """The values in the ring kernel's tiled order (:func:`kernels.wo_a_gluon.pack_tiles`), built on
+        first use and kept: one more byte per weight on the device, read instead of ``values``."""
+        if self._tiles is None:
+            object.__setattr__(self, "_tiles", _gluon.pack_tiles(self.values))
+        return self._tiles
 
     @property
     def groups(self) -> int:
@@ -545,7 +555,7 @@ def _sm_count(device: torch.device) -> int:
 
 
 def select_path(m: int, groups: int, device: torch.device | str = "cuda") -> str:
-    """``"gluon"`` (1..8 rows on an sm_89+ GPU), ``"small"`` (1..8 rows), ``"mid"`` (9..192 rows) or
+    """``"gluon"`` (1..16 rows on an sm_89+ GPU), ``"small"`` (1..8 rows), ``"mid"`` (9..192 rows) or
     ``"einsum"`` (prefill, or no GPU).
 
     Any group count is accepted: TP3 runs G=4 (the stock guard only took G=2)."""
@@ -568,9 +578,12 @@ def select_path(m: int, groups: int, device: torch.device | str = "cuda") -> str
 # On these GPUs wo_a() runs the einsum when the caller still holds the bf16 weight (it reads twice the
 # bytes, but the H200 has 5.6x GB10's bandwidth per SM-cycle and the kernels are latency-bound there).
 # Not applied without the weight (DROP: dequantising the twin per call is far slower), nor elsewhere
-# (GB10 is byte-bound: the twin's half-size read is the point). 1..8 rows run the gluon kernel,
-# faster than the einsum there (round 4: 1.05-1.21x).
-EINSUM_FASTER: dict[str, tuple[int, int]] = {"H200": (SMALL_MAX_M + 1, MID_MAX_M)}
+# (GB10 is byte-bound: the twin's half-size read is the point). 1..16 rows run the gluon ring kernel,
+# faster than the einsum there (round 5: 1.45-1.62x for 1..8 rows, 1.16x at 16).
+# Entries: (first M, last M, groups or None for any). At G=2 the 16-token ring tile has too few
+# programs for the H200 (9.2-9.5 us vs the einsum's 8.9 us, round 5).
+EINSUM_FASTER: dict[str, tuple[tuple[int, int, int | None], ...]] = {
+    "H200": ((_gluon.MAX_M + 1, MID_MAX_M, None), (SMALL_MAX_M + 1, _gluon.MAX_M, 2))}
 
 
 @lru_cache(maxsize=None)
@@ -578,13 +591,15 @@ def _device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
 
 
-def einsum_is_faster(m: int, device: torch.device | str = "cuda") -> bool:
-    """Whether, on this device, the bf16 einsum measured faster than the fp8 kernels for M rows."""
+def einsum_is_faster(m: int, device: torch.device | str = "cuda", groups: int | None = None) -> bool:
+    """Whether, on this device, the bf16 einsum measured faster than the fp8 kernels for M rows (and
+    this group count: some ranges hold for one G only)."""
     device = torch.device(device)
     if device.type != "cuda" or _interpreting():
         return False
     name = _device_name(device)
-    return any(key in name and lo <= m <= hi for key, (lo, hi) in EINSUM_FASTER.items())
+    return any(key in name and lo <= m <= hi and (g is None or g == groups)
+               for key, ranges in EINSUM_FASTER.items() for lo, hi, g in ranges)
 
 
 def _fit(cfg: KernelConfig, rows: int, cols: int) -> KernelConfig:
@@ -678,7 +693,7 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
     chosen = path or select_path(m, g, x.device)
     if chosen not in ("gluon", "small", "mid", "einsum"):
         raise ValueError(f"unknown path {chosen!r}")
-    if isinstance(config, GluonConfig):
+    if isinstance(config, (GluonConfig, RingConfig)):
         if chosen not in ("gluon",) and path is not None:
             raise ValueError(f"a GluonConfig runs on the gluon path, not {chosen!r}")
         chosen = "gluon"
@@ -686,12 +701,16 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
         if path is not None:
             raise ValueError("a KernelConfig runs on the small or mid path, not 'gluon'")
         chosen = "small" if m <= SMALL_MAX_M else "mid"
-    gluon_cfg = config if isinstance(config, GluonConfig) else None
+    gluon_cfg = config if isinstance(config, (GluonConfig, RingConfig)) else None
     if chosen == "gluon" and not _gluon.available(x.device):
         raise ValueError("the gluon path needs a CUDA GPU of compute capability 8.9 or newer and Triton with Gluon")
     if chosen == "gluon" and gluon_cfg is None:
         try:
-            gluon_cfg = _gluon.config_for(m, g, twin.rows, d, x.device)
+            gluon_cfg = _gluon.default_ring_config(m, twin.rows, d, _gluon._smem_per_block(x.device)) \
+                if _gluon.ring_ok(x) else None
+            if gluon_cfg is None and m > SMALL_MAX_M and path is None:
+                raise ValueError("9..16 rows without the ring: the mid path (or the einsum) is faster")
+            gluon_cfg = gluon_cfg or _gluon.config_for(m, g, twin.rows, d, x.device)
         except ValueError:
             if path is not None:
                 raise
@@ -699,7 +718,7 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
     if path is None and chosen != "gluon" and d % _K_WORD:
         chosen = "einsum"  # the kernels tile K by 128 (exponents read as int32 words)
     if path is None and weight is not None and chosen != "einsum" and config is None \
-            and einsum_is_faster(m, x.device):
+            and einsum_is_faster(m, x.device, g):
         if weight.dtype != torch.bfloat16 or tuple(weight.shape) != tuple(twin.values.shape):
             raise ValueError(f"weight must be bf16 {tuple(twin.values.shape)}, "
                              f"got {weight.dtype} {tuple(weight.shape)}")

@@ -215,7 +215,7 @@ def test_dispatcher_matches_fp64_reference(groups, m, gen):
     out = torch.full((m, groups, R_SMALL), float("nan"), dtype=torch.bfloat16, device=DEVICE)
     y = K.wo_a(x, twin, out=out)
     assert y is out
-    gluon = m <= 8 and K._gluon.available(DEVICE)
+    gluon = m <= K._gluon.MAX_M and K._gluon.available(DEVICE)
     assert K.select_path(m, groups, DEVICE) == ("gluon" if gluon else "small" if m <= 8 else "mid")
     assert_close_to_fp64(y, x, w, gen.initial_seed())
 
@@ -292,8 +292,10 @@ def test_einsum_preference_by_device(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert not any(K.einsum_is_faster(m, "cpu") for m in (1, 2, 8))
     monkeypatch.setattr(K, "_device_name", lambda device: "NVIDIA H200")
-    # round 4: the gluon kernel beats the einsum up to 8 rows on the H200
-    assert [K.einsum_is_faster(m, "cuda") for m in (1, 2, 8, 9, 192, 193)] == [False, False, False, True, True, False]
+    # round 5: the gluon ring kernel beats the einsum up to 16 rows on the H200
+    assert [K.einsum_is_faster(m, "cuda", 4) for m in (1, 8, 16, 17, 192, 193)] == [False, False, False, True, True, False]
+    # at G=2 the 16-token ring tile loses to the einsum (too few programs): 9..16 prefer the einsum
+    assert [K.einsum_is_faster(m, "cuda", 2) for m in (8, 9, 16, 17)] == [False, True, True, True]
     monkeypatch.setattr(K, "_device_name", lambda device: "NVIDIA GB10")
     assert not any(K.einsum_is_faster(m, "cuda") for m in (1, 2, 8, 192))
 
@@ -303,7 +305,7 @@ def test_einsum_preferred_only_with_the_bf16_weight(monkeypatch, gen):
     twin = random_twin(4, R_SMALL, D_SMALL, gen)
     w = K.dequantize(twin)
     x = odd_x(6, 4, D_SMALL, gen)
-    monkeypatch.setattr(K, "einsum_is_faster", lambda m, device: True)
+    monkeypatch.setattr(K, "einsum_is_faster", lambda m, device, groups=None: True)
     monkeypatch.setattr(K._gluon, "available", lambda device: False)
     want = torch.einsum("tgd,grd->tgr", x, w)
     assert torch.equal(bits(K.wo_a(x, twin, w)), bits(want))
