@@ -133,6 +133,17 @@ def state(docker, name: str) -> dict:
 
 # ---------------------------------------------------------------- stop of a running container
 
+def assert_stops_at_once_without_signals(docker, name, monkeypatch):
+    """docker stop of a container whose init is gone: rc 0, no wait for a pid file, no signal sent."""
+    signalled = []
+    monkeypatch.setattr(docker.os, "killpg", lambda *a: signalled.append(a))
+    monkeypatch.setattr(docker.os, "kill", lambda *a: signalled.append(a))
+    started = time.monotonic()
+    assert docker.main(["stop", name]) == 0
+    assert time.monotonic() - started < docker.PID_FILE_WAIT_S, "it must not wait for a pid file"
+    assert signalled == []
+
+
 def test_stop_terminates_the_whole_process_group_and_returns_with_the_exit_code_recorded(docker, procs, capsys):
     cdir = make_container(docker, "engine")
     init = start_init(cdir, procs)
@@ -219,13 +230,7 @@ def test_stop_of_a_container_whose_init_already_exited_succeeds_without_signalli
     init.terminate()
     init.wait()
     (cdir / "exitcode").write_text("0")
-    signalled = []
-    monkeypatch.setattr(docker.os, "killpg", lambda *a: signalled.append(a))
-    monkeypatch.setattr(docker.os, "kill", lambda *a: signalled.append(a))
-    started = time.monotonic()
-    assert docker.main(["stop", "done"]) == 0
-    assert time.monotonic() - started < docker.PID_FILE_WAIT_S, "it must not wait for a pid file"
-    assert signalled == []
+    assert_stops_at_once_without_signals(docker, "done", monkeypatch)
     assert state(docker, "done")["ExitCode"] == 0
 
 
@@ -235,13 +240,7 @@ def test_stop_with_a_stale_pid_file_of_a_dead_init_and_no_exit_code_succeeds_at_
     init = start_init(cdir, procs)
     init.kill()
     init.wait()
-    signalled = []
-    monkeypatch.setattr(docker.os, "killpg", lambda *a: signalled.append(a))
-    monkeypatch.setattr(docker.os, "kill", lambda *a: signalled.append(a))
-    started = time.monotonic()
-    assert docker.main(["stop", "orphan"]) == 0
-    assert time.monotonic() - started < docker.PID_FILE_WAIT_S, "it must not wait for a pid file"
-    assert signalled == []
+    assert_stops_at_once_without_signals(docker, "orphan", monkeypatch)
     assert state(docker, "orphan")["Status"] == "exited"
     assert state(docker, "orphan")["Pid"] == 0
 
