@@ -293,8 +293,7 @@ def measure(groups, ms, sets, replays, repeats, gen, twins, w_bf16, xs_all, conf
         t_e = graph_time_us(ein_fns, replays, repeats) if with_einsum else float("nan")
         path = "small" if cfg is not None and m <= K.SMALL_MAX_M else "mid" if cfg is not None else K.select_path(m, groups)
         if cfg is None and path == "gluon":
-            cfg_ring = GL.default_ring_config(m, R, D, GL._smem_per_block(torch.device("cuda"))) \
-                if GL.ring_ok(xs[0]) else None
+            cfg_ring = GL.ring_config_for(m, groups, R, D, "cuda") if GL.ring_ok(xs[0], twins[0]) else None
             used = cfg_ring or GL.config_for(m, groups, R, D, "cuda")
         else:
             used = cfg or K.default_config(m, groups, R, D)

@@ -1,9 +1,11 @@
 """Gluon (explicit-layout Triton) ``wo_a`` kernels for 1..16 rows on sm_89+ GPUs (the ``gluon`` path).
 
-Round 5 (docs/kernels.md): ``_wo_a_ring_kernel`` streams a tiled copy of the weights (:func:`pack_tiles`)
-and x through a cp.async ring in shared memory, each thread copying exactly the bytes it reads back in
-the mma operand layouts; :func:`launch` runs it when x's strides allow (:func:`ring_ok`) and a measured
-tiling fits the device's shared memory (:func:`default_ring_config`), else the register kernel below.
+The ring kernel (rounds 5 and 6, docs/kernels.md): ``_wo_a_ring_kernel`` streams lane-ordered tiles of
+the weights (:func:`pack_tiles`) and x through a cp.async ring in shared memory, each thread copying
+exactly the 16-byte pieces it reads back in the mma operand layouts, and decodes e4m3 -> bf16 with
+integer and bf16 fma instructions (``DECODE_ASM``); :func:`launch` runs it when x's strides and the
+twin's exponents allow (:func:`ring_ok`) and a measured tiling fits the device's shared memory
+(:func:`default_ring_config`), else the register kernel below.
 
 Round 4 of issue 9: the register kernel. Plain Triton stages the fp8 weight tile through shared memory
 and reads it back two bytes at a time in the dot-operand layout. Here the weight goes from global
@@ -39,6 +41,8 @@ try:
     from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
     # cp.async global -> shared: async_load since Triton 3.7, async_copy_global_to_shared before
     _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+    # CTA barrier: gl.barrier since Triton 3.7, gl.thread_barrier before
+    _barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 except ImportError:  # pragma: no cover - Triton without Gluon (< 3.5): the Triton paths serve
     gluon = None
 
@@ -129,44 +133,64 @@ def config_for(m: int, groups: int, rows: int, cols: int, device: torch.device |
     return default_config(m, groups, rows, cols, _sms(torch.device(device)))
 
 
-# Measured on the H200 (docs/kernels.md, round 5): 4 warps on 16 rows, 2 K blocks per stage, 6 stages
-# for up to 8 tokens (G=4: 7.3-7.9 us, G=2: 5.4-5.8 us); 4 warps on 32 rows, 4 blocks, 3 stages for 9..16.
-RING_CANDIDATES = {8: (RingConfig(16, 8, 4, 2, 6), RingConfig(16, 8, 4, 4, 3), RingConfig(16, 8, 4, 2, 3),
-                       RingConfig(16, 8, 2, 2, 4)),
-                   16: (RingConfig(32, 16, 4, 4, 3), RingConfig(16, 16, 4, 2, 6), RingConfig(16, 16, 4, 2, 3),
-                        RingConfig(16, 16, 4, 2, 2))}
+# Measured on the H200 (docs/kernels.md, round 6, docs/measurements/wo_a_round6_compare.json): 4 warps
+# per program, 2 K blocks per stage; 16-row programs with 8 stages, or 32-row ones with 6 (x is read once
+# per 32 rows) where they still give 7/8 of the SMs a program and the token tile is wide enough to pay:
+# G=4 from 6 tokens (M=8: 7.69 vs 7.94 us; M=4: 16 rows 7.32 us), G=4 9..16 (8.43-8.75 vs 8.8-9.1 us);
+# G=2 keeps 16 rows (64 wide programs would idle half the H200). Later entries fit smaller shared memory.
+RING_CANDIDATES = {16: ((2, 8), (2, 6), (4, 3), (2, 3), (2, 2)), 32: ((2, 6), (4, 3), (2, 3))}  # (sb, stages)
 
 
-def default_ring_config(m: int, rows: int, cols: int, smem_limit: int) -> RingConfig | None:
+def default_ring_config(m: int, groups: int, rows: int, cols: int, sms: int, smem_limit: int) -> RingConfig | None:
     """The measured ring tiling for m tokens that fits this shape and the device's shared memory per
     program (GB10-class parts allow ~99 KB), or None (then the register kernel runs)."""
     if not 1 <= m <= 16:
         return None
-    for cfg in RING_CANDIDATES[8 if m <= 8 else 16]:
-        if cfg.fits(m, rows, cols) and cfg.smem_bytes() + 1024 <= smem_limit:
-            return cfg
+    block_m = 8 if m <= 8 else 16
+    wide = rows % 32 == 0 and 8 * (groups * rows // 32) >= 7 * sms and (m >= 6 or block_m == 16)
+    for block_r in ((32, 16) if wide else (16,)):
+        for sb, stages in RING_CANDIDATES[block_r]:
+            cfg = RingConfig(block_r, block_m, 4, sb, stages)
+            if cfg.fits(m, rows, cols) and cfg.smem_bytes() + 1024 <= smem_limit:
+                return cfg
     return None
 
 
-def ring_ok(x: torch.Tensor) -> bool:
+def ring_config_for(m: int, groups: int, rows: int, cols: int, device: torch.device | str) -> RingConfig | None:
+    device = torch.device(device)
+    return default_ring_config(m, groups, rows, cols, _sms(device), _smem_per_block(device))
+
+
+# The ring's decode multiplies by 2**(e - 7) in bf16: exponents up to 134 (blocks with scales up to 2**7;
+# real weights sit near 2**-4); a twin with larger ones runs the register kernel or mid.
+RING_EXP_MAX = 134
+
+
+def ring_ok(x: torch.Tensor, twin=None) -> bool:
     """The ring copies x 16 bytes at a time: its token and group strides must be multiples of 16
-    elements (what Triton specialises as aligned) and its data 16-byte aligned."""
-    return x.data_ptr() % 16 == 0 and x.stride(0) % 16 == 0 and x.stride(1) % 16 == 0
+    elements (what Triton specialises as aligned) and its data 16-byte aligned; and the twin's block
+    exponents must be within what its bf16 decode scales (:data:`RING_EXP_MAX`)."""
+    return (x.data_ptr() % 16 == 0 and x.stride(0) % 16 == 0 and x.stride(1) % 16 == 0
+            and (twin is None or twin.max_exponent <= RING_EXP_MAX))
 
 
 def pack_tiles(values: torch.Tensor) -> torch.Tensor:
-    """fp8 values [G, R, D] -> [G*R/16, D/32, 16, 32]: every 16x32 block 512 contiguous bytes, the K
-    blocks of a 16-row tile in order (what the ring copies, 256 contiguous bytes per warp instruction)."""
+    """fp8 values [G, R, D] -> lane-ordered tiles [G*R/16, D/32, 512]: every 16x32 block is 512
+    contiguous bytes, 16 per lane of the warp that reads it (lane 4*i + t: rows i and i + 8, columns
+    8t..8t+7, the mma.sync operand), the K blocks of a 16-row tile in order. One 16-byte cp.async and
+    one 16-byte shared load per thread and block; a warp's copy reads 512 contiguous bytes."""
     g, r, d = values.shape
     if r % 16 or d % 32:
         raise ValueError(f"tiles need R % 16 == 0 and D % 32 == 0, got {tuple(values.shape)}")
-    return values.reshape(g * r // 16, 16, d // 32, 32).permute(0, 2, 1, 3).contiguous()
+    n, kb = g * r // 16, d // 32
+    # [tile, half, i, kb, t, byte] -> [tile, kb, i, t, half, byte]
+    return values.reshape(n, 2, 8, kb, 4, 8).permute(0, 3, 2, 4, 1, 5).reshape(n, kb, 512).contiguous()
 
 
 def unpack_tiles(tiles: torch.Tensor, groups: int) -> torch.Tensor:
-    """The inverse of :func:`pack_tiles`: [G*R/16, D/32, 16, 32] -> [G, R, D]."""
-    n, kb, _, _ = tiles.shape
-    return tiles.permute(0, 2, 1, 3).reshape(groups, n * 16 // groups, kb * 32)
+    """The inverse of :func:`pack_tiles`: [G*R/16, D/32, 512] -> [G, R, D]."""
+    n, kb, _ = tiles.shape
+    return tiles.reshape(n, kb, 8, 4, 2, 8).permute(0, 4, 2, 1, 3, 5).reshape(groups, n * 16 // groups, kb * 32)
 
 
 if gluon is not None:
@@ -179,6 +203,19 @@ if gluon is not None:
     def _block(acc, w8, xt, e, zero):
         wb = w8.to(gl.float16).to(gl.float32).to(gl.bfloat16)  # see the module docstring
         return acc + mma_v2(wb, xt, zero) * _pow2(e)
+
+    @gluon.jit
+    def _store_rows(acc, y_ptr, M, g, r_in, stride_ym, stride_yg, NW: gl.constexpr, BLOCK_R: gl.constexpr,
+                    BLOCK_M: gl.constexpr):
+        """Sum the NW warp accumulators [NW, BLOCK_R, BLOCK_M] in a fixed order and store the real
+        tokens' rows as bf16."""
+        y = gl.sum(acc, axis=0)
+        out_l: gl.constexpr = gl.BlockedLayout([1, 1], [32 // BLOCK_M, BLOCK_M], [NW, 1], [1, 0])
+        y = gl.convert_layout(y, out_l)
+        ro = gl.expand_dims(gl.arange(0, BLOCK_R, layout=gl.SliceLayout(1, out_l)), 1)
+        mo = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, out_l)), 0)
+        y_ptrs = y_ptr + mo.to(gl.int64) * stride_ym + g * stride_yg + r_in + ro
+        gl.store(y_ptrs, y.to(gl.bfloat16), mask=mo < M)
 
     @gluon.jit
     def _load4(w_ptrs, x_ptrs, x_mask, e_ptrs, k0):
@@ -251,21 +288,41 @@ if gluon is not None:
             if BLOCKS == 8:
                 acc = _compute4(acc, zero, b0, b1, b2, b3, xb0, xb1, xb2, xb3, eb0, eb1, eb2, eb3)
 
-        y = gl.sum(acc, axis=0)  # [BLOCK_R, BLOCK_M], fixed order over the warp slices
-        out_l: gl.constexpr = gl.BlockedLayout([1, 1], [32 // BLOCK_M, BLOCK_M], [NW, 1], [1, 0])
-        y = gl.convert_layout(y, out_l)
-        ro = gl.expand_dims(gl.arange(0, BLOCK_R, layout=gl.SliceLayout(1, out_l)), 1)
-        mo = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, out_l)), 0)
-        y_ptrs = y_ptr + mo.to(gl.int64) * stride_ym + g * stride_yg + r_in + ro
-        gl.store(y_ptrs, y.to(gl.bfloat16), mask=mo < M)
+        _store_rows(acc, y_ptr, M, g, r_in, stride_ym, stride_yg, NW, BLOCK_R, BLOCK_M)
+
+    # The ring kernel's weight decode (round 6), four codes per call: a PRMT spreads two e4m3 bytes into
+    # the two halves of a register with their sign bytes, a shift and a mask put sign, exponent and
+    # mantissa where bf16 keeps them (the value is then the e4m3 value times 2**-120, a bf16 subnormal
+    # for e4m3 subnormals and exactly zero for zero), and one bf16x2 multiply by 2**(e - 7) (the block
+    # scale times 2**120, exact) gives the weight. Integer and fma pipes only: the cvt path it replaces
+    # (e4m3 -> f16 -> f32 -> bf16) ran two conversion-pipe instructions per weight pair at 16 per clock
+    # per SM, about 4 us per call at G=4 on the H200, as long as the read itself.
+    DECODE_ASM = gl.constexpr("""{
+    .reg .b32 p, q, z;
+    mov.b32 z, 0x80008000;
+    prmt.b32 p, $2, 0, 0x9180;
+    shl.b32 p, p, 4;
+    and.b32 p, p, 0x87F087F0;
+    fma.rn.bf16x2 $0, p, $3, z;
+    prmt.b32 q, $2, 0, 0xB3A2;
+    shl.b32 q, q, 4;
+    and.b32 q, q, 0x87F087F0;
+    fma.rn.bf16x2 $1, q, $3, z;
+    }""")
 
     @gluon.jit
-    def _ring_issue(wsm, xsm, w_base, x_ptrs, x_mask, st: gl.constexpr, S: gl.constexpr, SB: gl.constexpr):
-        """cp.async of stage st (SB K blocks of weights and x) into ring slot st % S; each thread
-        copies exactly the bytes it will read back, in the mma operand layouts."""
+    def _decode(codes, scale):
+        """e4m3 codes (uint8) and bf16x2 words of 2**(e - 7) -> the bf16 weights, exactly."""
+        return gl.inline_asm_elementwise(DECODE_ASM, "=r,=r,r,r,r,r,r", [codes, scale], dtype=gl.bfloat16,
+                                         is_pure=True, pack=4)
+
+    @gluon.jit
+    def _ring_issue(wsm, xsm, w_ptrs, x_ptrs, x_mask, st: gl.constexpr, S: gl.constexpr, SB: gl.constexpr):
+        """cp.async of stage st (SB K blocks of weights and x) into its ring slots; each thread copies
+        exactly the 16-byte pieces it will read back."""
         for j in gl.static_range(SB):
-            _async_load(wsm.index((st % S) * SB + j), w_base + (st * SB + j) * 512)
-            _async_load(xsm.index((st % S) * SB + j), x_ptrs + (st * SB + j) * 32, mask=x_mask)
+            _async_load(wsm[(st % S) * SB + j], w_ptrs + (st * SB + j) * 512)
+            _async_load(xsm[(st % S) * SB + j], x_ptrs + (st * SB + j) * 32, mask=x_mask)
 
     @gluon.jit
     def _wo_a_ring_kernel(
@@ -275,13 +332,19 @@ if gluon is not None:
         D: gl.constexpr, NW: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_R: gl.constexpr, S: gl.constexpr,
         SB: gl.constexpr,
     ):
-        """Round 5: weights from the tiled copy (pack_tiles) and x stream through an S-stage cp.async
-        ring in shared memory; exponents (int32 words, 4 K blocks each) are copied once. Same math
-        and reduction order as _wo_a_gluon_kernel."""
+        """Weights from the lane-ordered tiles (:func:`pack_tiles`) and x stream through an S-stage
+        cp.async ring in shared memory, one allocation per slot (so Triton's barrier analysis needs one
+        barrier per stage, not three); exponents (int32 words, 4 K blocks each) are copied once.
+        Each K block: one 16-byte LDS of weights and one of x per thread, the integer decode above,
+        two mma.sync accumulating into one of two fp32 accumulators (even and odd blocks); the
+        accumulators and the NW warps are summed once, in a fixed order: bitwise reproducible."""
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[NW, 1, 1],
                                                       instr_shape=[1, 16, 8])
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=8)
         b_l: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=8)
+        # weights as stored: [warp slice, 16-row tile * 32 + lane, the lane's 16 bytes]
+        lane_l: gl.constexpr = gl.BlockedLayout([1, 1, 16], [1, 32, 1], [NW, 1, 1], [2, 1, 0])
+        RT: gl.constexpr = BLOCK_R // 16
         KPW: gl.constexpr = D // NW
         NST: gl.constexpr = KPW // (32 * SB)
         NWORDS: gl.constexpr = KPW // 128
@@ -292,12 +355,11 @@ if gluon is not None:
         r_in = (pid % n_rt) * BLOCK_R
         row0 = g * R + r_in
 
-        # weights [NW, BLOCK_R, 32] of K block 0; block b of a warp's slice is 512 * b bytes further
-        sa = gl.expand_dims(gl.expand_dims(gl.arange(0, NW, layout=gl.SliceLayout(1, gl.SliceLayout(2, a_l))), 1), 2)
-        ra = gl.expand_dims(gl.expand_dims(gl.arange(0, BLOCK_R, layout=gl.SliceLayout(0, gl.SliceLayout(2, a_l))),
+        sw = gl.expand_dims(gl.expand_dims(gl.arange(0, NW, layout=gl.SliceLayout(1, gl.SliceLayout(2, lane_l))), 1), 2)
+        qw = gl.expand_dims(gl.expand_dims(gl.arange(0, RT * 32, layout=gl.SliceLayout(0, gl.SliceLayout(2, lane_l))),
                                            0), 2)
-        ka = gl.expand_dims(gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, a_l))), 0), 1)
-        w_base = (w_ptr + row0.to(gl.int64) * D) + ((ra // 16) * (16 * D) + (ra % 16) * 32 + sa * (KPW * 16) + ka)
+        bw = gl.expand_dims(gl.expand_dims(gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, lane_l))), 0), 1)
+        w_ptrs = (w_ptr + row0.to(gl.int64) * D) + ((qw // 32) * (16 * D) + sw * (KPW * 16) + (qw % 32) * 16 + bw)
 
         sb = gl.expand_dims(gl.expand_dims(gl.arange(0, NW, layout=gl.SliceLayout(1, gl.SliceLayout(2, b_l))), 1), 2)
         kb = gl.expand_dims(gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(2, b_l))), 0), 2)
@@ -306,41 +368,47 @@ if gluon is not None:
         x_ptrs = x_ptr + mb.to(gl.int64) * stride_xm + g * stride_xg + sb * KPW + kb
         x_mask = (mb < M) & (kb >= 0) & (sb >= 0)  # full shape: padding tokens are zero-filled
 
-        se = gl.expand_dims(gl.expand_dims(gl.arange(0, NW, layout=gl.SliceLayout(1, gl.SliceLayout(2, mma))), 1), 2)
-        e_base = e_ptr + (row0 // 32) * (D // 128) + se * NWORDS
+        e_base = e_ptr + (row0 // 32) * (D // 128) + sw * NWORDS
 
         flat: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[2, 1, 0])
         k_fast: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 2, 0])
-        wsm = gl.allocate_shared_memory(gl.float8e4nv, [S * SB, NW, BLOCK_R, 32], flat)
-        xsm = gl.allocate_shared_memory(gl.bfloat16, [S * SB, NW, 32, BLOCK_M], k_fast)
+        wsm = ()
+        xsm = ()
+        for q in gl.static_range(S * SB):
+            wsm = wsm + (gl.allocate_shared_memory(gl.uint8, [NW, RT * 32, 16], flat),)
+            xsm = xsm + (gl.allocate_shared_memory(gl.bfloat16, [NW, 32, BLOCK_M], k_fast),)
         esm = gl.allocate_shared_memory(gl.int32, [NWORDS, NW, 1, 1], flat)
         for q in gl.static_range(NWORDS):
             _async_load(esm.index(q), e_base + q)
         for st in gl.static_range(S - 1):
             if st < NST:
-                _ring_issue(wsm, xsm, w_base, x_ptrs, x_mask, st, S, SB)
+                _ring_issue(wsm, xsm, w_ptrs, x_ptrs, x_mask, st, S, SB)
             async_copy.commit_group()
 
-        zero = gl.zeros([NW, BLOCK_R, BLOCK_M], gl.float32, layout=mma)
-        acc = gl.zeros([NW, BLOCK_R, BLOCK_M], gl.float32, layout=mma)
+        acc0 = gl.zeros([NW, BLOCK_R, BLOCK_M], gl.float32, layout=mma)
+        acc1 = gl.zeros([NW, BLOCK_R, BLOCK_M], gl.float32, layout=mma)
         for i in gl.static_range(NST):
+            # stage i has landed, and every warp is done with the slots stage i + S - 1 overwrites
+            async_copy.wait_group(S - 2)
+            _barrier()
             if i + S - 1 < NST:
-                _ring_issue(wsm, xsm, w_base, x_ptrs, x_mask, i + S - 1, S, SB)
+                _ring_issue(wsm, xsm, w_ptrs, x_ptrs, x_mask, i + S - 1, S, SB)
             async_copy.commit_group()
-            async_copy.wait_group(S - 1)  # stage i has landed
             for j in gl.static_range(SB):
-                w8 = wsm.index((i % S) * SB + j).load(a_l)
-                xt = xsm.index((i % S) * SB + j).load(b_l)
-                word = esm.index((i * SB + j) // 4).load(mma)
-                acc = _block(acc, w8, xt, (word >> (8 * ((i * SB + j) % 4))) & 255, zero)
+                word = esm.index((i * SB + j) // 4).load(lane_l)
+                scale = ((word >> (8 * ((i * SB + j) % 4))) & 255) * 0x00800080 + 0x3C003C00  # bf16x2 2**(e-7)
+                wb = _decode(wsm[(i % S) * SB + j].load(lane_l), scale)
+                # lane (g, t) holds rows g and g + 8 of each 16-row tile, K 8t..8t+7: the mma operand
+                wb = gl.reshape(gl.permute(gl.reshape(wb, [NW, RT, 8, 4, 2, 8]), [0, 1, 4, 2, 3, 5]),
+                                [NW, BLOCK_R, 32])
+                wb = gl.convert_layout(wb, a_l, assert_trivial=True)
+                xt = xsm[(i % S) * SB + j].load(b_l)
+                if (i * SB + j) % 2 == 0:
+                    acc0 = mma_v2(wb, xt, acc0)
+                else:
+                    acc1 = mma_v2(wb, xt, acc1)
 
-        y = gl.sum(acc, axis=0)  # [BLOCK_R, BLOCK_M], fixed order over the warp slices
-        out_l: gl.constexpr = gl.BlockedLayout([1, 1], [32 // BLOCK_M, BLOCK_M], [NW, 1], [1, 0])
-        y = gl.convert_layout(y, out_l)
-        ro = gl.expand_dims(gl.arange(0, BLOCK_R, layout=gl.SliceLayout(1, out_l)), 1)
-        mo = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, out_l)), 0)
-        y_ptrs = y_ptr + mo.to(gl.int64) * stride_ym + g * stride_yg + r_in + ro
-        gl.store(y_ptrs, y.to(gl.bfloat16), mask=mo < M)
+        _store_rows(acc0 + acc1, y_ptr, M, g, r_in, stride_ym, stride_yg, NW, BLOCK_R, BLOCK_M)
 
 
 def launch(x: torch.Tensor, twin, y: torch.Tensor, cfg: GluonConfig | RingConfig | None = None) -> torch.Tensor:
@@ -352,14 +420,14 @@ def launch(x: torch.Tensor, twin, y: torch.Tensor, cfg: GluonConfig | RingConfig
     r = twin.rows
     if not available(x.device):
         raise ValueError("the gluon path needs a CUDA GPU of compute capability 8.9 or newer and Triton with Gluon")
-    if cfg is None and ring_ok(x):
-        cfg = default_ring_config(m, r, d, _smem_per_block(x.device))
+    if cfg is None and ring_ok(x, twin):
+        cfg = ring_config_for(m, g, r, d, x.device)
     if isinstance(cfg, RingConfig):
         if not cfg.fits(m, r, d):
             raise ValueError(f"{cfg} does not tile M={m}, R={r}, D={d}")
-        if not ring_ok(x):
+        if not ring_ok(x, twin):
             raise ValueError("the ring kernel needs x 16-byte aligned with token and group strides that are "
-                             "multiples of 16 elements")
+                             f"multiples of 16 elements, and block exponents up to {RING_EXP_MAX}")
         _wo_a_ring_kernel[(g * (r // cfg.block_r),)](
             x, twin.tiles(), twin.exponents.view(torch.int32), y, m, r, x.stride(0), x.stride(1), y.stride(0),
             y.stride(1), D=d, NW=cfg.num_warps, BLOCK_M=cfg.block_m, BLOCK_R=cfg.block_r, S=cfg.stages, SB=cfg.sb,

@@ -11,9 +11,9 @@ Public API: :class:`Twin`, :func:`build_twin`, :func:`twin_from_checkpoint`, :fu
 :func:`dequantize`, :func:`wo_a`, :func:`select_path`, :func:`einsum_is_faster`, :class:`KernelConfig`.
 
 Paths (see :func:`select_path`): ``gluon`` for 1..16 rows on sm_89+ GPUs (kernels/wo_a_gluon.py: a
-cp.async ring streams a tiled copy of the weights and x through shared memory into mma.sync; where x's
-strides do not allow it, 1..8 rows load the weights straight into the operand registers and 9..16
-run ``mid``), ``small`` for 1..8 rows elsewhere and
+cp.async ring streams lane-ordered tiles of the weights and x through shared memory into mma.sync;
+where x's strides or block scales above 2**7 do not allow it, 1..8 rows load the weights straight into
+the operand registers and 9..16 run ``mid``), ``small`` for 1..8 rows elsewhere and
 under the CPU interpreter (split-K with a deterministic two-level reduction; one row uses a CUDA-core
 variant, more rows the tensor cores with the block scales applied to fp32 partial sums), ``mid`` for
 9..192 rows (per-M tile configurations), ``einsum`` otherwise (prefill, or no GPU). On GPUs where the
@@ -104,6 +104,7 @@ class Twin:
     values: torch.Tensor
     exponents: torch.Tensor
     semaphores: torch.Tensor = field(init=False, repr=False, compare=False)
+    max_exponent: int = field(init=False, repr=False, compare=False)
     _tiles: torch.Tensor | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -133,16 +134,17 @@ class Twin:
         if lo < EXP_MIN or hi > EXP_MAX:
             raise ValueError(f"twin exponents span [{lo}, {hi}], outside the supported [{EXP_MIN}, {EXP_MAX}] "
                              f"(scales 2**{EXP_MIN - 127} .. 2**{EXP_MAX - 127}); keep this weight on bf16")
+        object.__setattr__(self, "max_exponent", hi)
         nan_codes = int(((v.view(torch.uint8) & 0x7F) == _E4M3_NAN_BITS).sum())
         if nan_codes:
             raise ValueError(f"twin values hold {nan_codes} NaN codes; keep this weight on bf16")
         object.__setattr__(self, "semaphores", torch.zeros(_semaphore_count(g, r), dtype=torch.int32, device=v.device))
 
     def tiles(self) -> torch.Tensor:
-        """The values in the ring kernel's tiled order (:func:`kernels.wo_a_gluon.pack_tiles`), built on
-        first use and kept: one more byte per weight on the device, read instead of ``values``."""
+        """The value bytes in the ring kernel's lane order (:func:`kernels.wo_a_gluon.pack_tiles`), built
+        on first use and kept: one more byte per weight on the device, read instead of ``values``."""
         if self._tiles is None:
-            object.__setattr__(self, "_tiles", _gluon.pack_tiles(self.values))
+            object.__setattr__(self, "_tiles", _gluon.pack_tiles(self.values.view(torch.uint8)))
         return self._tiles
 
     @property
@@ -579,11 +581,9 @@ def select_path(m: int, groups: int, device: torch.device | str = "cuda") -> str
 # bytes, but the H200 has 5.6x GB10's bandwidth per SM-cycle and the kernels are latency-bound there).
 # Not applied without the weight (DROP: dequantising the twin per call is far slower), nor elsewhere
 # (GB10 is byte-bound: the twin's half-size read is the point). 1..16 rows run the gluon ring kernel,
-# faster than the einsum there (round 5: 1.45-1.62x for 1..8 rows, 1.16x at 16).
-# Entries: (first M, last M, groups or None for any). At G=2 the 16-token ring tile has too few
-# programs for the H200 (9.2-9.5 us vs the einsum's 8.9 us, round 5).
-EINSUM_FASTER: dict[str, tuple[tuple[int, int, int | None], ...]] = {
-    "H200": ((_gluon.MAX_M + 1, MID_MAX_M, None), (SMALL_MAX_M + 1, _gluon.MAX_M, 2))}
+# faster than the einsum there for G=2 and G=4 (round 6). Entries: (first M, last M, groups or None
+# for any).
+EINSUM_FASTER: dict[str, tuple[tuple[int, int, int | None], ...]] = {"H200": ((_gluon.MAX_M + 1, MID_MAX_M, None),)}
 
 
 @lru_cache(maxsize=None)
@@ -706,8 +706,7 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
         raise ValueError("the gluon path needs a CUDA GPU of compute capability 8.9 or newer and Triton with Gluon")
     if chosen == "gluon" and gluon_cfg is None:
         try:
-            gluon_cfg = _gluon.default_ring_config(m, twin.rows, d, _gluon._smem_per_block(x.device)) \
-                if _gluon.ring_ok(x) else None
+            gluon_cfg = _gluon.ring_config_for(m, g, twin.rows, d, x.device) if _gluon.ring_ok(x, twin) else None
             if gluon_cfg is None and m > SMALL_MAX_M and path is None:
                 raise ValueError("9..16 rows without the ring: the mid path (or the einsum) is faster")
             gluon_cfg = gluon_cfg or _gluon.config_for(m, g, twin.rows, d, x.device)

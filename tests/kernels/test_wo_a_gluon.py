@@ -82,7 +82,7 @@ def test_sm90_machine_code(cfg):
     assert not any(op.startswith(("LDL", "STL")) for op in ops), "registers spilled to local memory"
 
 
-RING_SASS_SCRIPT = SASS_SCRIPT.replace('"*u8"', '"*i32"').replace("GL._wo_a_gluon_kernel", "GL._wo_a_ring_kernel") \
+RING_SASS_SCRIPT = SASS_SCRIPT.replace('"*u8"', '"*i32"').replace('"*fp8e4nv"', '"*u8"').replace("GL._wo_a_gluon_kernel", "GL._wo_a_ring_kernel") \
     .replace("(0, 1, 2, 3, 5)", "(0, 1, 2, 3, 5, 6, 7)")  # the ring needs x strides divisible by 16
 
 
@@ -93,37 +93,80 @@ def ring_sass_of(cfg: GL.RingConfig, cols: int = 4096) -> str:
 
 
 @needs_gluon
-@pytest.mark.parametrize("cfg", [GL.RING_CANDIDATES[8][0], GL.RING_CANDIDATES[16][0]], ids=["m8", "m16"])
+@pytest.mark.parametrize("cfg", [GL.RingConfig(16, 8, 4, 2, 8), GL.RingConfig(32, 16, 4, 2, 6)], ids=["m8", "m16"])
 def test_ring_sm90_machine_code(cfg):
-    """Every weight byte and x value goes global -> shared by cp.async (8-byte weight pieces from the
-    tiled copy, 16-byte x pieces), the expected tensor-core work, no slow conversion, no spills."""
+    """Every weight byte and x value goes global -> shared by 16-byte cp.async (lane-ordered tiles)
+    and comes back by one 16-byte shared load per thread and block; the decode is integer and bf16 fma
+    work (no conversion-pipe instructions); one barrier per ring stage; no spills."""
     sass = ring_sass_of(cfg)
     ops = Counter(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass, re.M))
     blocks = 4096 // cfg.num_warps // 32  # K blocks per warp
-    assert ops["HMMA.16816.F32.BF16"] == blocks * cfg.block_r // 16 * cfg.block_m // 8 * 2, ops
-    assert ops["LDGSTS.E.64"] == blocks * cfg.block_r // 16 * 2, ops
-    assert ops["LDGSTS.E.BYPASS.128"] == blocks * cfg.block_m // 8, ops
-    assert not any(op.startswith("LDG.E") for op in ops), "a weight or x load bypasses the ring"
-    assert not any(op.startswith("F2F.BF16.F16") for op in ops), "slow fp16 -> bf16 conversions are back"
+    tiles, xt = cfg.block_r // 16, cfg.block_m // 8
+    assert ops["HMMA.16816.F32.BF16"] == blocks * tiles * xt * 2, ops
+    assert ops["LDGSTS.E.BYPASS.128"] == blocks * (tiles + xt), ops
+    assert ops["LDS.128"] >= blocks * (tiles + xt), ops
+    assert ops["HMUL2.BF16_V2"] == blocks * tiles * 8, ops  # one per weight pair of the thread
+    assert not any(op.startswith(("LDG.E", "LDGSTS.E.64")) for op in ops), "a weight or x load bypasses the ring"
+    assert not any(op.startswith(("F2FP.F16.E4M3", "F2F.BF16", "HADD2.F32")) for op in ops), "cvt decode is back"
+    assert sum(n for op, n in ops.items() if op.startswith("F2F")) <= cfg.block_r * cfg.block_m, ops  # epilogue
     assert not any(op.startswith(("LDL", "STL")) for op in ops), "registers spilled to local memory"
+    body = sass[sass.index("HMMA"):sass.rindex("HMMA")]
+    stages = blocks // cfg.sb
+    assert body.count("BAR.SYNC") <= stages, f"{body.count('BAR.SYNC')} barriers for {stages} ring stages"
+
+
+def decode_model(codes: torch.Tensor, exps: torch.Tensor) -> torch.Tensor:
+    """The ring kernel's DECODE_ASM restated on the CPU (prmt with sign bytes, shift, mask, bf16 multiply
+    by 2**(e - 7)), for codes uint8 [N] and exponents int [N] (e + 127)."""
+    b = codes.to(torch.int32)
+    spread = b | torch.where(b >= 128, 0xFF00, 0)  # the half prmt writes: the byte and its sign byte
+    bits = (spread << 4) & 0x87F0
+    low = bits.to(torch.int16).view(torch.bfloat16).float()  # exact in fp32, bf16 subnormals included
+    scale = ((exps.to(torch.int32) + 120) << 23).view(torch.float32)  # the bf16x2 word's value, 2**(e - 7)
+    return (low * scale).to(torch.bfloat16)
+
+
+def test_decode_model_is_exact_for_every_code():
+    finite = torch.tensor([c for c in range(256) if c & 0x7F != 0x7F], dtype=torch.uint8)
+    for e in (10, 60, 100, 120, 127, GL.RING_EXP_MAX):
+        want = (finite.view(torch.float8_e4m3fn).float() * 2.0 ** (e - 127)).to(torch.bfloat16)
+        got = decode_model(finite, torch.full((finite.numel(),), e))
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), e
+    # one more and the scale word no longer fits a bf16 exponent: the dispatcher keeps such twins off the ring
+    assert GL.RING_EXP_MAX + 120 == 254
 
 
 def test_ring_config_rules():
     h200, gb10 = 227 * 1024, 99 * 1024
-    assert GL.default_ring_config(8, 1024, 4096, h200) == GL.RingConfig(16, 8, 4, 2, 6)
-    assert GL.default_ring_config(1, 1024, 4096, h200) == GL.RingConfig(16, 8, 4, 2, 6)
-    assert GL.default_ring_config(9, 1024, 4096, h200) == GL.RingConfig(32, 16, 4, 4, 3)
-    assert GL.default_ring_config(16, 1024, 4096, gb10).smem_bytes() <= gb10 - 1024
-    small = GL.default_ring_config(4, 1024, 4096, 48 * 1024)
+    cfg = GL.default_ring_config
+    # G=4 on 132 SMs: 16-row programs up to 4 tokens, 32-row ones (128 programs) from 6 and for 9..16
+    assert cfg(1, 4, 1024, 4096, 132, h200) == cfg(4, 4, 1024, 4096, 132, h200) == GL.RingConfig(16, 8, 4, 2, 8)
+    assert cfg(6, 4, 1024, 4096, 132, h200) == cfg(8, 4, 1024, 4096, 132, h200) == GL.RingConfig(32, 8, 4, 2, 6)
+    assert cfg(9, 4, 1024, 4096, 132, h200) == cfg(16, 4, 1024, 4096, 132, h200) == GL.RingConfig(32, 16, 4, 2, 6)
+    # G=2: 64 wide programs would idle half the SMs
+    assert cfg(8, 2, 1024, 4096, 132, h200) == GL.RingConfig(16, 8, 4, 2, 8)
+    assert cfg(16, 2, 1024, 4096, 132, h200) == GL.RingConfig(16, 16, 4, 2, 8)
+    # GB10 (48 SMs, ~99 KB per block): G=2 is wide there, and every choice fits
+    for m in (1, 8, 16):
+        for g in (2, 4):
+            c = cfg(m, g, 1024, 4096, 48, gb10)
+            assert c is not None and c.smem_bytes() + 1024 <= gb10 and c.fits(m, 1024, 4096), (m, g, c)
+    assert cfg(16, 2, 1024, 4096, 48, gb10).block_r == 32
+    small = cfg(4, 4, 1024, 4096, 132, 48 * 1024)
     assert small is not None and small.smem_bytes() + 1024 <= 48 * 1024
-    assert GL.default_ring_config(17, 1024, 4096, h200) is None
-    assert GL.default_ring_config(8, 1024, 4096, 8 * 1024) is None  # nothing fits: the register kernel
-    assert GL.default_ring_config(8, 1024, 96, h200) is None  # K not a multiple of 128 per warp
+    assert cfg(17, 4, 1024, 4096, 132, h200) is None
+    assert cfg(8, 4, 1024, 4096, 132, 8 * 1024) is None  # nothing fits: the register kernel
+    assert cfg(8, 4, 1024, 96, 132, h200) is None  # K not a multiple of 128 per warp
     assert not GL.RingConfig(16, 8, 4, 2, 6).fits(9, 1024, 4096)
 
 
 def test_ring_needs_aligned_x_strides():
     big = torch.zeros(4, 5, 4096 + 16, dtype=torch.bfloat16)
+    codes = torch.zeros(4, 32, 4096, dtype=torch.uint8).view(torch.float8_e4m3fn)
+    low = K.Twin(codes, torch.full((4, 1, 128), GL.RING_EXP_MAX, dtype=torch.uint8))
+    high = K.Twin(codes, torch.full((4, 1, 128), GL.RING_EXP_MAX, dtype=torch.uint8).index_fill_(2, torch.tensor([7]),
+                                                                                           GL.RING_EXP_MAX + 1))
+    assert GL.ring_ok(big[:, 1:, :4096], low) and not GL.ring_ok(big[:, 1:, :4096], high)
     assert GL.ring_ok(big[:, 1:, :4096])
     assert GL.ring_ok(big[:, 1:, 8:8 + 4096])  # 16 bytes in: still aligned
     assert not GL.ring_ok(big[:, 1:, 4:4 + 4096])  # 8 bytes in
@@ -134,9 +177,13 @@ def test_ring_needs_aligned_x_strides():
 def test_pack_tiles_round_trip():
     codes = torch.randint(0, 256, (2, 64, 256), dtype=torch.int32).to(torch.uint8)
     tiles = GL.pack_tiles(codes)
-    assert tiles.shape == (8, 8, 16, 32) and tiles.is_contiguous()
-    # block (row tile 1, K block 3) of group 0 is 512 contiguous bytes: rows 16..31, columns 96..127
-    assert torch.equal(tiles[1, 3], codes[0, 16:32, 96:128])
+    assert tiles.shape == (8, 8, 512) and tiles.is_contiguous()
+    # block (row tile 1, K block 3) of group 0: rows 16..31, columns 96..127, 16 bytes per lane 4i + t:
+    # row 16 + i, then row 24 + i, columns 96 + 8t .. 96 + 8t + 7
+    block = codes[0, 16:32, 96:128]
+    for i, t in ((0, 0), (3, 2), (7, 3)):
+        lane = tiles[1, 3, (4 * i + t) * 16:(4 * i + t + 1) * 16]
+        assert torch.equal(lane[:8], block[i, 8 * t:8 * t + 8]) and torch.equal(lane[8:], block[i + 8, 8 * t:8 * t + 8])
     assert torch.equal(GL.unpack_tiles(tiles, 2), codes)
     with pytest.raises(ValueError):
         GL.pack_tiles(codes[:, :8])
@@ -173,29 +220,42 @@ def test_gluon_refused_where_it_cannot_run():
         K.wo_a(x, twin, path="small", config=GL.GluonConfig())
 
 
+def random_case(groups: int, m: int, exp_hi: int, x_offset: int):
+    """A random twin (every finite e4m3 code, exponents 100..exp_hi) of [groups, 256, 2048] and x
+    [m, groups, 2048] cut from a larger tensor at x_offset (5: odd strides; 16: aligned ones)."""
+    gen = torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
+    codes = torch.randint(0, 256, (groups, 256, 2048), generator=gen, device="cuda", dtype=torch.int32)
+    codes = torch.where((codes & 0x7F) == 0x7F, codes ^ 1, codes).to(torch.uint8)
+    exps = torch.randint(100, exp_hi + 1, (groups, 8, 64), generator=gen, device="cuda", dtype=torch.int32)
+    twin = K.Twin(codes.view(torch.float8_e4m3fn).contiguous(), exps.to(torch.uint8).contiguous())
+    big = torch.randn((m, groups + 1, 2048 + 32), generator=gen, device="cuda").to(torch.bfloat16)
+    return twin, big[:, 1:, x_offset:x_offset + 2048], gen.initial_seed()
+
+
+def check_against_fp64(twin, x, seed, **kw):
+    """Two NaN-poisoned runs of wo_a: no NaN left, float64 reference within bf16 error, bitwise equal."""
+    m, groups, _ = x.shape
+    outs = []
+    for _ in range(2):
+        out = torch.full((m, groups, 256), float("nan"), dtype=torch.bfloat16, device="cuda")
+        outs.append(K.wo_a(x, twin, out=out, **kw))
+    ref = torch.einsum("tgd,grd->tgr", x.double(), K.dequantize(twin).double())
+    assert not torch.isnan(outs[0]).any()
+    err = ((outs[0].double() - ref).norm() / ref.norm()).item()
+    assert err < 1e-2, f"relative error {err:.2e} (seed {seed})"
+    assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16)), "not bitwise repeatable"
+
+
 @needs_gluon_gpu
 @pytest.mark.parametrize("groups", [2, 4])
 @pytest.mark.parametrize("m", [1, 2, 5, 8, 9, 16])
 def test_gluon_matches_fp64_reference(groups, m):
-    gen = torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
-    codes = torch.randint(0, 256, (groups, 256, 2048), generator=gen, device="cuda", dtype=torch.int32)
-    codes = torch.where((codes & 0x7F) == 0x7F, codes ^ 1, codes).to(torch.uint8)
-    exps = torch.randint(100, 140, (groups, 8, 64), generator=gen, device="cuda", dtype=torch.int32).to(torch.uint8)
-    twin = K.Twin(codes.view(torch.float8_e4m3fn).contiguous(), exps.contiguous())
-    big = torch.randn((m, groups + 1, 2048 + 13), generator=gen, device="cuda").to(torch.bfloat16)
-    x = big[:, 1:, 5:5 + 2048]
-    # up to 8 rows through the dispatcher, 9..16 with an explicit 16-token tile
-    cfg = None if m <= 8 else GL.GluonConfig(block_r=16, block_m=16, num_warps=4)
-    assert K.select_path(m, groups, "cuda") == "gluon"
-    outs = []
-    for _ in range(2):
-        out = torch.full((m, groups, 256), float("nan"), dtype=torch.bfloat16, device="cuda")
-        outs.append(K.wo_a(x, twin, out=out, config=cfg))
-    ref = torch.einsum("tgd,grd->tgr", x.double(), K.dequantize(twin).double())
-    assert not torch.isnan(outs[0]).any()
-    err = ((outs[0].double() - ref).norm() / ref.norm()).item()
-    assert err < 1e-2, f"relative error {err:.2e} (seed {gen.initial_seed()})"
-    assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16)), "not bitwise repeatable"
+    """Odd x strides: the register kernel (up to 8 rows through the dispatcher, 9..16 with an explicit
+    16-token tile)."""
+    twin, x, seed = random_case(groups, m, exp_hi=139, x_offset=5)
+    assert K.select_path(m, groups, "cuda") == "gluon" and not GL.ring_ok(x, twin)
+    check_against_fp64(twin, x, seed, config=None if m <= 8 else GL.GluonConfig(block_r=16, block_m=16, num_warps=4))
+    assert twin._tiles is None
 
 
 @needs_gluon_gpu
@@ -203,25 +263,35 @@ def test_gluon_matches_fp64_reference(groups, m):
 @pytest.mark.parametrize("m", [1, 3, 8, 9, 16])
 def test_ring_matches_fp64_reference(groups, m):
     """Aligned x (the engine's contiguous activations): the dispatcher runs the ring kernel on the
-    tiled copy; NaN-poisoned output, float64 reference, bitwise repeatable."""
-    gen = torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
-    codes = torch.randint(0, 256, (groups, 256, 2048), generator=gen, device="cuda", dtype=torch.int32)
-    codes = torch.where((codes & 0x7F) == 0x7F, codes ^ 1, codes).to(torch.uint8)
-    exps = torch.randint(100, 140, (groups, 8, 64), generator=gen, device="cuda", dtype=torch.int32).to(torch.uint8)
-    twin = K.Twin(codes.view(torch.float8_e4m3fn).contiguous(), exps.contiguous())
-    big = torch.randn((m, groups + 1, 2048 + 32), generator=gen, device="cuda").to(torch.bfloat16)
-    x = big[:, 1:, 16:16 + 2048]  # strides multiples of 16, not contiguous
-    assert GL.ring_ok(x) and twin._tiles is None
-    outs = []
-    for _ in range(2):
-        out = torch.full((m, groups, 256), float("nan"), dtype=torch.bfloat16, device="cuda")
-        outs.append(K.wo_a(x, twin, out=out))
+    lane-ordered tiles."""
+    twin, x, seed = random_case(groups, m, exp_hi=GL.RING_EXP_MAX, x_offset=16)
+    assert GL.ring_ok(x, twin) and twin._tiles is None
+    check_against_fp64(twin, x, seed)
     assert twin._tiles is not None, "the ring kernel did not run"
-    ref = torch.einsum("tgd,grd->tgr", x.double(), K.dequantize(twin).double())
-    assert not torch.isnan(outs[0]).any()
-    err = ((outs[0].double() - ref).norm() / ref.norm()).item()
-    assert err < 1e-2, f"relative error {err:.2e} (seed {gen.initial_seed()})"
-    assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16)), "not bitwise repeatable"
+
+
+@needs_gluon_gpu
+@pytest.mark.parametrize("m", [8, 16])
+def test_ring_decodes_every_code_exactly(m):
+    """One-hot tokens pick single columns, so y is the weight itself: every finite e4m3 code (zeros and
+    subnormals included: a decode that flushed them would show here, not in a norm) at every exponent
+    of the ring's range, bit for bit against the dequantised twin."""
+    groups, rows, cols = 2, 256, 2048
+    gen = torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
+    picked = torch.randperm(cols, generator=gen, device="cuda")[:m]
+    codes = torch.randint(0, 256, (groups, rows, cols), generator=gen, device="cuda", dtype=torch.int32)
+    ramp = torch.arange(groups * rows * m, device="cuda", dtype=torch.int32).reshape(groups, rows, m) % 256
+    codes[:, :, picked] = ramp  # every code in the picked columns
+    codes = torch.where((codes & 0x7F) == 0x7F, codes ^ 1, codes).to(torch.uint8)
+    exps = torch.randint(10, GL.RING_EXP_MAX + 1, (groups, rows // 32, cols // 32), generator=gen, device="cuda",
+                         dtype=torch.int32).to(torch.uint8)
+    twin = K.Twin(codes.view(torch.float8_e4m3fn), exps)
+    x = torch.zeros((m, groups, cols), dtype=torch.bfloat16, device="cuda")
+    x[torch.arange(m, device="cuda"), :, picked] = 1.0
+    y = K.wo_a(x, twin)
+    assert twin._tiles is not None, "the ring kernel did not run"
+    want = K.dequantize(twin)[:, :, picked].permute(2, 0, 1)  # [m, groups, rows]
+    assert torch.equal(y, want), f"{int((y != want).sum())} weights decoded wrong (seed {gen.initial_seed()})"
 
 
 @needs_gluon_gpu
@@ -230,7 +300,20 @@ def test_unaligned_x_with_9_to_16_rows_runs_mid():
     codes = torch.randint(0, 126, (2, 256, 2048), generator=gen, device="cuda", dtype=torch.int32).to(torch.uint8)
     twin = K.Twin(codes.view(torch.float8_e4m3fn), torch.full((2, 8, 64), 120, dtype=torch.uint8, device="cuda"))
     x = torch.randn((12, 3, 2048 + 13), generator=gen, device="cuda").to(torch.bfloat16)[:, 1:, 5:5 + 2048]
-    assert not GL.ring_ok(x)
+    assert not GL.ring_ok(x, twin)
     y = K.wo_a(x, twin)
     ref = torch.einsum("tgd,grd->tgr", x.double(), K.dequantize(twin).double())
     assert ((y.double() - ref).norm() / ref.norm()).item() < 1e-2 and twin._tiles is None
+
+
+@needs_gluon_gpu
+@pytest.mark.parametrize("m", [4, 12])
+def test_exponents_beyond_the_ring_run_elsewhere(m):
+    """A block scale above 2**7 (exponent > RING_EXP_MAX) keeps the twin off the ring, even with
+    aligned x: 1..8 rows run the register kernel, 9..16 mid; both correct."""
+    twin, x, seed = random_case(2, m, exp_hi=GL.RING_EXP_MAX, x_offset=16)
+    twin.exponents[1, 3, 5] = GL.RING_EXP_MAX + 1
+    twin = K.Twin(twin.values, twin.exponents)
+    assert not GL.ring_ok(x, twin)
+    check_against_fp64(twin, x, seed)
+    assert twin._tiles is None
