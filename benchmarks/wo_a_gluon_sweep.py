@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Round-4 sweep of the Gluon wo_a kernel (kernels/wo_a_gluon.py) on a CUDA GPU (sm_80+).
+"""Sweep of the Gluon wo_a kernels (kernels/wo_a_gluon.py) on a CUDA GPU (sm_89+).
 
     python benchmarks/wo_a_gluon_sweep.py --out gluon.json                    # register kernel (round 4)
-    python benchmarks/wo_a_gluon_sweep.py --ring --out ring.json             # cp.async ring (round 5)
+    python benchmarks/wo_a_gluon_sweep.py --ring --out ring.json             # cp.async ring (rounds 5-6)
 
 Same method as benchmarks/wo_a_bench.py: CUDA-graph replay over 16 rotated weight sets, einsum and
-the round-2 dispatcher kernel timed in the same process; each configuration is first checked
+what the dispatcher runs now (``K.wo_a``; JSON field ``round2_us``, named when that was round 2's
+kernel) timed in the same process; each configuration is first checked
 against float64 at full shape (NaN-poisoned output, two runs bitwise equal, odd x strides).
 """
 from __future__ import annotations
@@ -60,7 +61,7 @@ def main() -> int:
                                 args.replays, args.repeats)
             r2 = graph_time_us([lambda x=x, t=t, y=y: K.wo_a(x, t, out=y) for x, t, y in zip(xs, twins, ys)],
                                args.replays, args.repeats)
-            print(f"G={g} M={m}: einsum {ein:.2f} us, round 2 {r2:.2f} us", flush=True)
+            print(f"G={g} M={m}: einsum {ein:.2f} us, dispatcher {r2:.2f} us", flush=True)
             grid = itertools.product(args.warps, args.sb, args.stages, args.block_r) if args.ring else \
                 itertools.product(args.warps, args.kw, args.blocks, args.block_r)
             for nw, kw, pf, br in grid:
@@ -100,7 +101,7 @@ def main() -> int:
         del twins, wbf
         torch.cuda.empty_cache()
     nbytes = lambda g: g * R * 4096 * (1 + 1 / 1024)  # noqa: E731
-    print("\n| G | M | gluon (us) | einsum (us) | round 2 (us) | vs einsum | % copy BW | warps,k_width,blocks,block_r |")
+    print("\n| G | M | gluon (us) | einsum (us) | dispatcher (us) | vs einsum | % copy BW | warps,k_width,blocks,block_r |")
     for key, row in best.items():
         g = row["G"]
         pct = nbytes(g) / (row["us"] * 1e-6) / (res["copy_GBps"] * 1e9) * 100
