@@ -205,6 +205,28 @@ if gluon is not None:
         return acc + mma_v2(wb, xt, zero) * _pow2(e)
 
     @gluon.jit
+    def _program_rows(R, BLOCK_R: gl.constexpr):
+        """This program's group, its first row within the group, and that row in the [G * R, D] weight."""
+        pid = gl.program_id(0)
+        n_rt = R // BLOCK_R
+        g = pid // n_rt
+        r_in = (pid % n_rt) * BLOCK_R
+        return g, r_in, g * R + r_in
+
+    @gluon.jit
+    def _x_block(x_ptr, M, g, stride_xm, stride_xg, b_l: gl.constexpr, NW: gl.constexpr, KPW: gl.constexpr,
+                 BLOCK_M: gl.constexpr):
+        """Pointers to x of K block 0 of each warp's slice, [NW, 32, BLOCK_M] (warp slice, K within the
+        block, token) in the mma B-operand layout, and the mask of real tokens at full shape (the
+        ring's cp.async zero-fills padding tokens)."""
+        sb = gl.expand_dims(gl.expand_dims(gl.arange(0, NW, layout=gl.SliceLayout(1, gl.SliceLayout(2, b_l))), 1), 2)
+        kb = gl.expand_dims(gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(2, b_l))), 0), 2)
+        mb = gl.expand_dims(gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, gl.SliceLayout(1, b_l))),
+                                           0), 1)
+        x_ptrs = x_ptr + mb.to(gl.int64) * stride_xm + g * stride_xg + sb * KPW + kb
+        return x_ptrs, (mb < M) & (kb >= 0) & (sb >= 0)
+
+    @gluon.jit
     def _store_rows(acc, y_ptr, M, g, r_in, stride_ym, stride_yg, NW: gl.constexpr, BLOCK_R: gl.constexpr,
                     BLOCK_M: gl.constexpr):
         """Sum the NW warp accumulators [NW, BLOCK_R, BLOCK_M] in a fixed order and store the real
@@ -250,11 +272,7 @@ if gluon is not None:
         b_l: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=KW)
         KPW: gl.constexpr = D // NW
 
-        pid = gl.program_id(0)
-        n_rt = R // BLOCK_R
-        g = pid // n_rt
-        r_in = (pid % n_rt) * BLOCK_R
-        row0 = g * R + r_in  # row in the [G * R, D] weight
+        g, r_in, row0 = _program_rows(R, BLOCK_R)
 
         # weights [NW, BLOCK_R, 32]: warp slice, row, K within the block
         sa = gl.expand_dims(gl.expand_dims(gl.arange(0, NW, layout=gl.SliceLayout(1, gl.SliceLayout(2, a_l))), 1), 2)
@@ -263,13 +281,7 @@ if gluon is not None:
         ka = gl.expand_dims(gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, a_l))), 0), 1)
         w_ptrs = w_ptr + (row0 + ra).to(gl.int64) * D + sa * KPW + ka
 
-        # x [NW, 32, BLOCK_M]: warp slice, K within the block, token
-        sb = gl.expand_dims(gl.expand_dims(gl.arange(0, NW, layout=gl.SliceLayout(1, gl.SliceLayout(2, b_l))), 1), 2)
-        kb = gl.expand_dims(gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(2, b_l))), 0), 2)
-        mb = gl.expand_dims(gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, gl.SliceLayout(1, b_l))),
-                                           0), 1)
-        x_ptrs = x_ptr + mb.to(gl.int64) * stride_xm + g * stride_xg + sb * KPW + kb
-        x_mask = mb < M
+        x_ptrs, x_mask = _x_block(x_ptr, M, g, stride_xm, stride_xg, b_l, NW, KPW, BLOCK_M)
 
         # one exponent per (warp slice, K block): [NW, 1, 1] in the accumulator's layout
         se = gl.expand_dims(gl.expand_dims(gl.arange(0, NW, layout=gl.SliceLayout(1, gl.SliceLayout(2, mma))), 1), 2)
@@ -349,11 +361,7 @@ if gluon is not None:
         NST: gl.constexpr = KPW // (32 * SB)
         NWORDS: gl.constexpr = KPW // 128
 
-        pid = gl.program_id(0)
-        n_rt = R // BLOCK_R
-        g = pid // n_rt
-        r_in = (pid % n_rt) * BLOCK_R
-        row0 = g * R + r_in
+        g, r_in, row0 = _program_rows(R, BLOCK_R)
 
         sw = gl.expand_dims(gl.expand_dims(gl.arange(0, NW, layout=gl.SliceLayout(1, gl.SliceLayout(2, lane_l))), 1), 2)
         qw = gl.expand_dims(gl.expand_dims(gl.arange(0, RT * 32, layout=gl.SliceLayout(0, gl.SliceLayout(2, lane_l))),
@@ -361,12 +369,7 @@ if gluon is not None:
         bw = gl.expand_dims(gl.expand_dims(gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, lane_l))), 0), 1)
         w_ptrs = (w_ptr + row0.to(gl.int64) * D) + ((qw // 32) * (16 * D) + sw * (KPW * 16) + (qw % 32) * 16 + bw)
 
-        sb = gl.expand_dims(gl.expand_dims(gl.arange(0, NW, layout=gl.SliceLayout(1, gl.SliceLayout(2, b_l))), 1), 2)
-        kb = gl.expand_dims(gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(2, b_l))), 0), 2)
-        mb = gl.expand_dims(gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, gl.SliceLayout(1, b_l))),
-                                           0), 1)
-        x_ptrs = x_ptr + mb.to(gl.int64) * stride_xm + g * stride_xg + sb * KPW + kb
-        x_mask = (mb < M) & (kb >= 0) & (sb >= 0)  # full shape: padding tokens are zero-filled
+        x_ptrs, x_mask = _x_block(x_ptr, M, g, stride_xm, stride_xg, b_l, NW, KPW, BLOCK_M)
 
         e_base = e_ptr + (row0 // 32) * (D // 128) + sw * NWORDS
 
