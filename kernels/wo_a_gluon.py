@@ -398,7 +398,8 @@ if gluon is not None:
                 _ring_issue(wsm, xsm, w_ptrs, x_ptrs, x_mask, i + S - 1, S, SB)
             async_copy.commit_group()
             for j in gl.static_range(SB):
-                word = esm.index((i * SB + j) // 4).load(lane_l)
+                if (i * SB + j) % 4 == 0:  # one int32 word holds the exponents of 4 K blocks
+                    word = esm.index((i * SB + j) // 4).load(lane_l)
                 scale = ((word >> (8 * ((i * SB + j) % 4))) & 255) * 0x00800080 + 0x3C003C00  # bf16x2 2**(e-7)
                 wb = _decode(wsm[(i % S) * SB + j].load(lane_l), scale)
                 # lane (g, t) holds rows g and g + 8 of each 16-row tile, K 8t..8t+7: the mma operand
