@@ -220,16 +220,18 @@ def test_gluon_refused_where_it_cannot_run():
         K.wo_a(x, twin, path="small", config=GL.GluonConfig())
 
 
-def random_case(groups: int, m: int, exp_hi: int, x_offset: int):
+def random_case(groups: int, m: int, exp_hi: int, aligned: bool):
     """A random twin (every finite e4m3 code, exponents 100..exp_hi) of [groups, 256, 2048] and x
-    [m, groups, 2048] cut from a larger tensor at x_offset (5: odd strides; 16: aligned ones)."""
+    [m, groups, 2048] cut from a larger tensor: with token and group strides that are multiples of 16
+    and 16-byte aligned data (aligned), or with odd strides and a 10-byte offset."""
     gen = torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
     codes = torch.randint(0, 256, (groups, 256, 2048), generator=gen, device="cuda", dtype=torch.int32)
     codes = torch.where((codes & 0x7F) == 0x7F, codes ^ 1, codes).to(torch.uint8)
     exps = torch.randint(100, exp_hi + 1, (groups, 8, 64), generator=gen, device="cuda", dtype=torch.int32)
     twin = K.Twin(codes.view(torch.float8_e4m3fn).contiguous(), exps.to(torch.uint8).contiguous())
-    big = torch.randn((m, groups + 1, 2048 + 32), generator=gen, device="cuda").to(torch.bfloat16)
-    return twin, big[:, 1:, x_offset:x_offset + 2048], gen.initial_seed()
+    pad, offset = (32, 16) if aligned else (13, 5)
+    big = torch.randn((m, groups + 1, 2048 + pad), generator=gen, device="cuda").to(torch.bfloat16)
+    return twin, big[:, 1:, offset:offset + 2048], gen.initial_seed()
 
 
 def check_against_fp64(twin, x, seed, **kw):
@@ -252,7 +254,7 @@ def check_against_fp64(twin, x, seed, **kw):
 def test_gluon_matches_fp64_reference(groups, m):
     """Odd x strides: the register kernel (up to 8 rows through the dispatcher, 9..16 with an explicit
     16-token tile)."""
-    twin, x, seed = random_case(groups, m, exp_hi=139, x_offset=5)
+    twin, x, seed = random_case(groups, m, exp_hi=139, aligned=False)
     assert K.select_path(m, groups, "cuda") == "gluon" and not GL.ring_ok(x, twin)
     check_against_fp64(twin, x, seed, config=None if m <= 8 else GL.GluonConfig(block_r=16, block_m=16, num_warps=4))
     assert twin._tiles is None
@@ -264,7 +266,7 @@ def test_gluon_matches_fp64_reference(groups, m):
 def test_ring_matches_fp64_reference(groups, m):
     """Aligned x (the engine's contiguous activations): the dispatcher runs the ring kernel on the
     lane-ordered tiles."""
-    twin, x, seed = random_case(groups, m, exp_hi=GL.RING_EXP_MAX, x_offset=16)
+    twin, x, seed = random_case(groups, m, exp_hi=GL.RING_EXP_MAX, aligned=True)
     assert GL.ring_ok(x, twin) and twin._tiles is None
     check_against_fp64(twin, x, seed)
     assert twin._tiles is not None, "the ring kernel did not run"
@@ -311,7 +313,7 @@ def test_unaligned_x_with_9_to_16_rows_runs_mid():
 def test_exponents_beyond_the_ring_run_elsewhere(m):
     """A block scale above 2**7 (exponent > RING_EXP_MAX) keeps the twin off the ring, even with
     aligned x: 1..8 rows run the register kernel, 9..16 mid; both correct."""
-    twin, x, seed = random_case(2, m, exp_hi=GL.RING_EXP_MAX, x_offset=16)
+    twin, x, seed = random_case(2, m, exp_hi=GL.RING_EXP_MAX, aligned=True)
     twin.exponents[1, 3, 5] = GL.RING_EXP_MAX + 1
     twin = K.Twin(twin.values, twin.exponents)
     assert not GL.ring_ok(x, twin)
