@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: E402
 
 from kernels import wo_a_gluon as GL  # noqa: E402
 from kernels import wo_a_w8 as K  # noqa: E402
@@ -118,17 +119,24 @@ def copy_bandwidth(nbytes: int = 1 << 30, iters: int = 20) -> float:
 
 
 @triton.jit
-def _read_kernel(src_ptr, out_ptr, n_per_prog, BLOCK: tl.constexpr):
-    """Streams n_per_prog int32 words per program and stores one XOR: a pure-read reference."""
+def _read_kernel(src_ptr, out_ptr, n_per_prog, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    """Streams n_per_prog int32 words per program and stores one XOR: a pure-read reference. With PDL
+    (a programmatic dependent launch) the next kernel may start at once and the store waits for the
+    previous kernel, as the ring kernel's PDL launch does."""
+    if PDL:
+        gdc_launch_dependents()
     base = tl.program_id(0).to(tl.int64) * n_per_prog
     acc = tl.zeros([BLOCK], dtype=tl.int32)
     for off in range(0, n_per_prog, BLOCK):
         acc ^= tl.load(src_ptr + base + off + tl.arange(0, BLOCK))
+    if PDL:
+        gdc_wait()
     tl.store(out_ptr + tl.program_id(0), tl.xor_sum(acc, axis=0))
 
 
-def read_ceiling(nbytes: int, sets: int, replays: int, repeats: int) -> dict:
-    """Best time to read nbytes once (same graph method as the kernels): the achievable floor."""
+def read_ceiling(nbytes: int, sets: int, replays: int, repeats: int, pdl: bool = False) -> dict:
+    """Best time to read nbytes once (same graph method as the kernels): the achievable floor, for
+    plain launches or programmatic dependent ones."""
     words = nbytes // 4
     bufs = [torch.randint(-2**31, 2**31 - 1, (words,), dtype=torch.int32, device="cuda") for _ in range(sets)]
     best = None
@@ -140,8 +148,8 @@ def read_ceiling(nbytes: int, sets: int, replays: int, repeats: int) -> dict:
         if progs * n_per != words:
             continue
         out = torch.empty(progs, dtype=torch.int32, device="cuda")
-        fns = [lambda b=b: _read_kernel[(progs,)](b, out, n_per, BLOCK=block, num_warps=warps, num_stages=stages)
-               for b in bufs]
+        fns = [lambda b=b: _read_kernel[(progs,)](b, out, n_per, BLOCK=block, PDL=pdl, num_warps=warps,
+                                                  num_stages=stages, launch_pdl=pdl) for b in bufs]
         t = graph_time_us(fns, replays, repeats)
         if best is None or t < best["us"]:
             best = {"us": t, "block": block, "programs": progs, "warps": warps, "stages": stages}
@@ -297,8 +305,17 @@ def measure(groups, ms, sets, replays, repeats, gen, twins, w_bf16, xs_all, conf
             used = cfg_ring or GL.config_for(m, groups, R, D, "cuda")
         else:
             used = cfg or K.default_config(m, groups, R, D)
-        rows.append({"G": groups, "M": m, "path": path, "config": {"kind": type(used).__name__, **asdict(used)},
-                     "kernel_us": t_k, "einsum_us": t_e, "graph_matches_eager": graph_ok})
+        row = {"G": groups, "M": m, "path": path, "config": {"kind": type(used).__name__, **asdict(used)},
+               "kernel_us": t_k, "einsum_us": t_e, "graph_matches_eager": graph_ok}
+        if isinstance(used, GL.RingConfig) and used.pdl:  # the same calls without PDL: round 6's tiling
+            dev = torch.device("cuda")
+            plain = GL.default_ring_config(m, groups, R, D, GL._sms(dev), GL._smem_per_block(dev))
+            plain_fns = [lambda i=i: K.wo_a(xs[i], twins[i], out=outs[i], config=plain) for i in range(sets)]
+            row["plain_launch_us"] = graph_time_us(plain_fns, replays, repeats)
+            row["plain_launch_config"] = asdict(plain)
+            plain_eager = K.wo_a(xs[0], twins[0], config=plain)
+            row["graph_matches_eager"] &= bool(torch.equal(plain_eager.view(torch.int16), eager[0].view(torch.int16)))
+        rows.append(row)
     return rows
 
 
@@ -383,6 +400,12 @@ def main() -> int:
         result.setdefault("read_ceiling", {})[groups] = ceiling
         print(f"G={groups}: pure read of the fp8 bytes {ceiling['us']:.2f} us ({ceiling['GBps']:.0f} GB/s) {ceiling}",
               flush=True)
+        ceiling_pdl = None
+        if GL.pdl_enabled("cuda"):
+            ceiling_pdl = read_ceiling(twins[0].values.numel(), args.sets, args.replays, args.repeats, pdl=True)
+            result.setdefault("read_ceiling_pdl", {})[groups] = ceiling_pdl
+            print(f"G={groups}: pure read, PDL launches {ceiling_pdl['us']:.2f} us ({ceiling_pdl['GBps']:.0f} GB/s)",
+                  flush=True)
         if args.sweep and groups in (args.sweep_groups or args.groups):
             for m in args.sweep_ms or args.ms:
                 if m > 16 and groups not in args.mid_sweep_groups:
@@ -446,6 +469,7 @@ def main() -> int:
             row["speedup_vs_einsum"] = row["einsum_us"] / row["kernel_us"]
             row["einsum_bf16_GBps"] = 2 * groups * R * D / (row["einsum_us"] * 1e-6) / 1e9
             row["read_floor_us"] = ceiling["us"]
+            row["read_floor_pdl_us"] = ceiling_pdl["us"] if ceiling_pdl else None
             result["rows"].append(row)
             print(f"G={groups} M={m:3d} {row['path']:5s} kernel {row['kernel_us']:7.2f} us  einsum "
                   f"{row['einsum_us']:7.2f} us  x{row['speedup_vs_einsum']:.2f}  {row['fp8_GBps']:6.0f} GB/s "
@@ -470,24 +494,27 @@ def markdown(result: dict) -> str:
              f"{info['copy_bandwidth_GBps']:.0f} GB/s (read+write); {info['sets']} weight sets per graph.",
              "",
              "| G | M | path | fp8 kernel (us) | bf16 einsum (us) | speedup | fp8 GB/s | % of copy BW | "
-             "pure fp8 read (us) | rel err vs fp64 | deterministic | config (m,r,k,split,warps,stages; "
-             "gluon: rows,tokens,warps,K blocks; ring: rows,tokens,warps,K blocks per stage,stages) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "without PDL (us) | pure fp8 read (us; PDL) | rel err vs fp64 | deterministic | config "
+             "(m,r,k,split,warps,stages; gluon: rows,tokens,warps,K blocks; ring: rows,tokens,warps,K blocks "
+             "per stage,stages[,pdl]) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         c = r["config"]
         det = r["deterministic_eager_x21"] and r["graph_matches_eager"] and r["written"]
         if c.get("kind") == "RingConfig":
-            cfg_text = f"ring {c['block_r']},{c['block_m']},{c['num_warps']},{c['sb']},{c['stages']}"
+            cfg_text = (f"ring {c['block_r']},{c['block_m']},{c['num_warps']},{c['sb']},{c['stages']}"
+                        f"{',pdl' if c.get('pdl') else ''}")
         elif r["path"] == "gluon":
             cfg_text = f"{c['block_r']},{c['block_m']},{c['num_warps']},{c['blocks']}"
         else:
             cfg_text = (f"{c['block_m']},{c['block_r']},{c['block_k']},{c['split_k']},{c['num_warps']},"
                         f"{c['num_stages']}{',bf16' if c['bf16_scale'] else ''}{',swap' if c['swap_ab'] else ''}"
                         f"{',fma' if c['fma'] else ''}{',acc' if c.get('acc_scale') else ''}")
+        plain = f"{r['plain_launch_us']:.2f}" if r.get("plain_launch_us") else "-"
+        floor = f"{r['read_floor_us']:.2f}" + (f"; {r['read_floor_pdl_us']:.2f}" if r.get("read_floor_pdl_us") else "")
         lines.append(f"| {r['G']} | {r['M']} | {r['path']} | {r['kernel_us']:.2f} | {r['einsum_us']:.2f} | "
                      f"{r['speedup_vs_einsum']:.2f}x | {r['fp8_GBps']:.0f} | {100 * r['copy_fraction']:.0f}% | "
-                     f"{r['read_floor_us']:.2f} | "
-                     f"{r['rel_err_vs_fp64']:.1e} | {'yes' if det else 'NO'} | {cfg_text} |")
+                     f"{plain} | {floor} | {r['rel_err_vs_fp64']:.1e} | {'yes' if det else 'NO'} | {cfg_text} |")
     lines.append("")
     lines.append(f"GB10 projection per decode step ({LAYERS} layers; per layer the larger of the byte time at "
                  f"{GB10_BANDWIDTH / 1e9:.0f} GB/s and the H200 time scaled by SMs x clock, "

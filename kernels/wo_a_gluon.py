@@ -7,6 +7,13 @@ integer and bf16 fma instructions (``DECODE_ASM``); :func:`launch` runs it when 
 twin's exponents allow (:func:`ring_ok`) and a measured tiling fits the device's shared memory
 (:func:`default_ring_config`), else the register kernel below.
 
+Round 7: on sm_90+ GPUs the ring is a programmatic dependent launch (PDL; ``WO_A_PDL=0`` turns it
+off). A decode step runs its kernels back to back in one CUDA graph; with PDL this kernel's programs
+start while the previous kernel's still run, request their first S - 1 stages of weights (constants),
+and only then wait for the previous kernel's writes (``griddepcontrol.wait``) before they copy x; each
+lets the next kernel launch at once (``griddepcontrol.launch_dependents``). The tilings then keep at
+most two programs per SM (:data:`PDL_CANDIDATES`).
+
 Round 4 of issue 9: the register kernel. Plain Triton stages the fp8 weight tile through shared memory
 and reads it back two bytes at a time in the dot-operand layout. Here the weight goes from global
 memory straight into the mma.sync operand layout (``k_width`` = 8 consecutive K values per thread:
@@ -49,6 +56,8 @@ except ImportError:  # pragma: no cover - Triton without Gluon (< 3.5): the Trit
 MAX_M = 16  # the dispatcher's range: the ring kernel for 1..16 rows; the register kernel serves 1..8
 #             (and 9..16 with GluonConfig(block_m=16)) where the ring cannot run (docs/kernels.md)
 MIN_CAPABILITY = (8, 9)  # cvt e4m3x2 -> f16x2 (sm_89+); mma.sync bf16 (sm_80+)
+PDL_CAPABILITY = (9, 0)  # griddepcontrol (programmatic dependent launch)
+PDL_ENV = "WO_A_PDL"  # "0" turns programmatic dependent launches off (default on where supported)
 
 
 @dataclass(frozen=True)
@@ -70,14 +79,15 @@ class GluonConfig:
 @dataclass(frozen=True)
 class RingConfig:
     """Tiles of one ring launch (round 5): rows per program, token tile, warps (K split), K blocks per
-    stage, stages of the cp.async ring. Shared memory per program: stages * sb * warps * (block_r * 32
-    fp8 bytes + 32 * block_m bf16 values)."""
+    stage, stages of the cp.async ring, and whether it is a programmatic dependent launch. Shared memory
+    per program: stages * sb * warps * (block_r * 32 fp8 bytes + 32 * block_m bf16 values)."""
 
     block_r: int = 16
     block_m: int = 8
     num_warps: int = 4
     sb: int = 2
     stages: int = 6
+    pdl: bool = False  # a programmatic dependent launch (sm_90+, round 7): see PDL_CANDIDATES
 
     def smem_bytes(self) -> int:
         return self.stages * self.sb * self.num_warps * (self.block_r * 32 + 32 * self.block_m * 2)
@@ -104,6 +114,19 @@ def _sms(device: torch.device) -> int:
 def _smem_per_block(device: torch.device) -> int:
     props = torch.cuda.get_device_properties(device)
     return int(getattr(props, "shared_memory_per_block_optin", 0) or getattr(props, "shared_memory_per_block", 0))
+
+
+@lru_cache(maxsize=None)
+def _smem_per_sm(device: torch.device) -> int:
+    return int(getattr(torch.cuda.get_device_properties(device), "shared_memory_per_multiprocessor", 0) or 0)
+
+
+def pdl_enabled(device: torch.device | str) -> bool:
+    """Whether ring launches on this device are programmatic dependent launches: an sm_90+ GPU, and
+    the environment variable WO_A_PDL is not "0"."""
+    device = torch.device(device)
+    return (available(device) and _capability(device) >= PDL_CAPABILITY
+            and os.environ.get(PDL_ENV, "1").strip() != "0")
 
 
 def available(device: torch.device | str) -> bool:
@@ -141,13 +164,38 @@ def config_for(m: int, groups: int, rows: int, cols: int, device: torch.device |
 RING_CANDIDATES = {16: ((2, 8), (2, 6), (4, 3), (2, 3), (2, 2)), 32: ((2, 6), (4, 3), (2, 3))}  # (sb, stages)
 
 
-def default_ring_config(m: int, groups: int, rows: int, cols: int, sms: int, smem_limit: int) -> RingConfig | None:
+# Programmatic dependent launch (round 7, docs/kernels.md; docs/measurements/wo_a_round7_*): the next
+# kernel's programs take SM slots as soon as this one lets them, so PDL pays most where at most two
+# programs fit an SM (the running kernel's and the next one's): at 1..8 rows 1.3-1.7 us faster with
+# 80 KB programs (G=4), 0.1-0.8 us with round 6's 64-74 KB ones (three per SM; at 9..16 rows those were
+# up to 0.9 us slower). Measured on the H200 (G=4, same run, docs/measurements/wo_a_round7_final.json): 16-row
+# programs with 10 stages 5.80-6.55 us for 1..8 rows against 6.88-8.02 us for round 6's plain launch.
+PDL_CANDIDATES = {8: (10, 12, 8, 6, 5, 4, 3, 2), 16: (8, 6, 5, 4, 3, 2)}  # stages of 16-row programs, sb 2
+# 9..16 rows where 32-row programs keep 7/8 of the SMs busy (G=4 on the H200): one 164 KB program per SM
+# with 10 stages, x read once per 32 rows (wo_a_round7_pdl_tilings.json: 8.05 vs 8.45 us for 16-row
+# programs at 16 rows, 7.58 vs 7.62 at 12; 7.66-8.07 us in the final run, 8.56-8.58 without PDL)
+PDL_WIDE = RingConfig(32, 16, 4, 2, 10, pdl=True)
+
+
+def default_ring_config(m: int, groups: int, rows: int, cols: int, sms: int, smem_limit: int, pdl: bool = False,
+                        smem_per_sm: int = 0) -> RingConfig | None:
     """The measured ring tiling for m tokens that fits this shape and the device's shared memory per
-    program (GB10-class parts allow ~99 KB), or None (then the register kernel runs)."""
+    program (GB10-class parts allow ~99 KB), or None (then the register kernel runs). With ``pdl``:
+    :data:`PDL_WIDE` for 9..16 rows where 32-row programs keep the SMs busy and it fits, else 16-row
+    programs with the first of PDL_CANDIDATES' stage counts that lets exactly two programs share an SM
+    of ``smem_per_sm`` bytes (the first that fits, if none does)."""
     if not 1 <= m <= 16:
         return None
     block_m = 8 if m <= 8 else 16
     wide = rows % 32 == 0 and 8 * (groups * rows // 32) >= 7 * sms and (m >= 6 or block_m == 16)
+    if pdl:
+        if wide and block_m == 16 and PDL_WIDE.fits(m, rows, cols) and PDL_WIDE.smem_bytes() + 1024 <= smem_limit:
+            return PDL_WIDE
+        fitting = [c for c in (RingConfig(16, block_m, 4, 2, st, pdl=True) for st in PDL_CANDIDATES[block_m])
+                   if c.fits(m, rows, cols) and c.smem_bytes() + 1024 <= smem_limit]
+        two = [c for c in fitting if smem_per_sm // (c.smem_bytes() + 1024) == 2]
+        if two or fitting:
+            return (two or fitting)[0]
     for block_r in ((32, 16) if wide else (16,)):
         for sb, stages in RING_CANDIDATES[block_r]:
             cfg = RingConfig(block_r, block_m, 4, sb, stages)
@@ -158,7 +206,8 @@ def default_ring_config(m: int, groups: int, rows: int, cols: int, sms: int, sme
 
 def ring_config_for(m: int, groups: int, rows: int, cols: int, device: torch.device | str) -> RingConfig | None:
     device = torch.device(device)
-    return default_ring_config(m, groups, rows, cols, _sms(device), _smem_per_block(device))
+    return default_ring_config(m, groups, rows, cols, _sms(device), _smem_per_block(device), pdl_enabled(device),
+                               _smem_per_sm(device))
 
 
 # The ring's decode multiplies by 2**(e - 7) in bf16: exponents up to 134 (blocks with scales up to 2**7;
@@ -328,13 +377,27 @@ if gluon is not None:
         return gl.inline_asm_elementwise(DECODE_ASM, "=r,=r,r,r,r,r,r", [codes, scale], dtype=gl.bfloat16,
                                          is_pure=True, pack=4)
 
+    # Programmatic dependent launch (sm_90+): let the next kernel's programs start now, and wait for the
+    # previous kernel's writes (x) to be visible. Both are no-ops when the launch is not a PDL launch.
+    GDC_ASM = gl.constexpr("griddepcontrol.launch_dependents; griddepcontrol.wait; mov.u32 $0, 0;")
+
     @gluon.jit
-    def _ring_issue(wsm, xsm, w_ptrs, x_ptrs, x_mask, st: gl.constexpr, S: gl.constexpr, SB: gl.constexpr):
-        """cp.async of stage st (SB K blocks of weights and x) into its ring slots; each thread copies
-        exactly the 16-byte pieces it will read back."""
+    def _ring_issue_w(wsm, w_ptrs, st: gl.constexpr, S: gl.constexpr, SB: gl.constexpr):
+        """cp.async of stage st's weights (SB K blocks) into its ring slots; each thread copies exactly
+        the 16-byte pieces it will read back."""
         for j in gl.static_range(SB):
             _async_load(wsm[(st % S) * SB + j], w_ptrs + (st * SB + j) * 512)
+
+    @gluon.jit
+    def _ring_issue_x(xsm, x_ptrs, x_mask, st: gl.constexpr, S: gl.constexpr, SB: gl.constexpr):
+        """cp.async of stage st's x (SB K blocks) into its ring slots, padding tokens zero-filled."""
+        for j in gl.static_range(SB):
             _async_load(xsm[(st % S) * SB + j], x_ptrs + (st * SB + j) * 32, mask=x_mask)
+
+    @gluon.jit
+    def _ring_issue(wsm, xsm, w_ptrs, x_ptrs, x_mask, st: gl.constexpr, S: gl.constexpr, SB: gl.constexpr):
+        _ring_issue_w(wsm, w_ptrs, st, S, SB)
+        _ring_issue_x(xsm, x_ptrs, x_mask, st, S, SB)
 
     @gluon.jit
     def _wo_a_ring_kernel(
@@ -342,14 +405,16 @@ if gluon is not None:
         M, R,
         stride_xm, stride_xg, stride_ym, stride_yg,
         D: gl.constexpr, NW: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_R: gl.constexpr, S: gl.constexpr,
-        SB: gl.constexpr,
+        SB: gl.constexpr, PDL: gl.constexpr = False,
     ):
         """Weights from the lane-ordered tiles (:func:`pack_tiles`) and x stream through an S-stage
         cp.async ring in shared memory, one allocation per slot (so Triton's barrier analysis needs one
         barrier per stage, not three); exponents (int32 words, 4 K blocks each) are copied once.
         Each K block: one 16-byte LDS of weights and one of x per thread, the integer decode above,
         two mma.sync accumulating into one of two fp32 accumulators (even and odd blocks); the
-        accumulators and the NW warps are summed once, in a fixed order: bitwise reproducible."""
+        accumulators and the NW warps are summed once, in a fixed order: bitwise reproducible.
+        With PDL (a programmatic dependent launch, round 7) the weights of the first S - 1 stages are
+        requested before the wait for the previous kernel, x after it; the results are the same bits."""
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[NW, 1, 1],
                                                       instr_shape=[1, 16, 8])
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=8)
@@ -383,10 +448,25 @@ if gluon is not None:
         esm = gl.allocate_shared_memory(gl.int32, [NWORDS, NW, 1, 1], flat)
         for q in gl.static_range(NWORDS):
             _async_load(esm.index(q), e_base + q)
-        for st in gl.static_range(S - 1):
-            if st < NST:
-                _ring_issue(wsm, xsm, w_ptrs, x_ptrs, x_mask, st, S, SB)
-            async_copy.commit_group()
+        if PDL:
+            # weights and exponents are constants: the first S - 1 stages of weights are requested before
+            # waiting for the previous kernel, whose programs may still run (x is its output). Groups
+            # W0..W(S-2), X0..X(S-2), then one per loop iteration: stage i's x still has S - 2 groups
+            # after it at iteration i, so the loop's wait_group(S - 2) holds as in the plain order.
+            for st in gl.static_range(S - 1):
+                if st < NST:
+                    _ring_issue_w(wsm, w_ptrs, st, S, SB)
+                async_copy.commit_group()
+            gl.inline_asm_elementwise(GDC_ASM, "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+            for st in gl.static_range(S - 1):
+                if st < NST:
+                    _ring_issue_x(xsm, x_ptrs, x_mask, st, S, SB)
+                async_copy.commit_group()
+        else:
+            for st in gl.static_range(S - 1):
+                if st < NST:
+                    _ring_issue(wsm, xsm, w_ptrs, x_ptrs, x_mask, st, S, SB)
+                async_copy.commit_group()
 
         acc0 = gl.zeros([NW, BLOCK_R, BLOCK_M], gl.float32, layout=mma)
         acc1 = gl.zeros([NW, BLOCK_R, BLOCK_M], gl.float32, layout=mma)
@@ -432,10 +512,12 @@ def launch(x: torch.Tensor, twin, y: torch.Tensor, cfg: GluonConfig | RingConfig
         if not ring_ok(x, twin):
             raise ValueError("the ring kernel needs x 16-byte aligned with token and group strides that are "
                              f"multiples of 16 elements, and block exponents up to {RING_EXP_MAX}")
+        if cfg.pdl and _capability(x.device) < PDL_CAPABILITY:
+            raise ValueError(f"a programmatic dependent launch needs compute capability {PDL_CAPABILITY} or newer")
         _wo_a_ring_kernel[(g * (r // cfg.block_r),)](
             x, twin.tiles(), twin.exponents.view(torch.int32), y, m, r, x.stride(0), x.stride(1), y.stride(0),
             y.stride(1), D=d, NW=cfg.num_warps, BLOCK_M=cfg.block_m, BLOCK_R=cfg.block_r, S=cfg.stages, SB=cfg.sb,
-            num_warps=cfg.num_warps)
+            PDL=cfg.pdl, num_warps=cfg.num_warps, launch_pdl=cfg.pdl)
         return y
     cfg = cfg or config_for(m, g, r, d, x.device)
     if not cfg.fits(m, r, d):

@@ -88,8 +88,27 @@ RING_SASS_SCRIPT = SASS_SCRIPT.replace('"*u8"', '"*i32"').replace('"*fp8e4nv"', 
 
 def ring_sass_of(cfg: GL.RingConfig, cols: int = 4096) -> str:
     consts = {"D": cols, "NW": cfg.num_warps, "BLOCK_M": cfg.block_m, "BLOCK_R": cfg.block_r, "S": cfg.stages,
-              "SB": cfg.sb}
+              "SB": cfg.sb, "PDL": cfg.pdl}
     return sass_of(None, cols, script=RING_SASS_SCRIPT, consts=consts)
+
+
+@needs_gluon
+@pytest.mark.parametrize("cfg", [GL.RingConfig(16, 8, 4, 2, 10, pdl=True), GL.RingConfig(16, 16, 4, 2, 8, pdl=True),
+                                 GL.PDL_WIDE], ids=["m8", "m16", "wide"])
+def test_ring_pdl_machine_code(cfg):
+    """A PDL launch lets the next kernel start (PREEXIT) and waits for the previous one (ACQBULK) once,
+    after requesting exactly the first S - 1 stages of weights and before any copy of x; the plain
+    kernel has neither instruction."""
+    sass = ring_sass_of(cfg)
+    assert sass.count("PREEXIT") == 1 and sass.count("ACQBULK") == 1, "one launch_dependents and one wait"
+    before, after = sass.split("ACQBULK")
+    weights_per_stage = cfg.sb * cfg.block_r // 16
+    assert before.count("LDGSTS.E.BYPASS.128") == (cfg.stages - 1) * weights_per_stage, "only weights before the wait"
+    blocks = 4096 // cfg.num_warps // 32  # K blocks per warp
+    assert after.count("LDGSTS.E.BYPASS.128") == blocks * (cfg.block_r // 16 + cfg.block_m // 8) - \
+        (cfg.stages - 1) * weights_per_stage
+    plain = ring_sass_of(GL.RingConfig(cfg.block_r, cfg.block_m, 4, 2, cfg.stages))
+    assert "ACQBULK" not in plain and "PREEXIT" not in plain
 
 
 @needs_gluon
@@ -158,6 +177,30 @@ def test_ring_config_rules():
     assert cfg(8, 4, 1024, 4096, 132, 8 * 1024) is None  # nothing fits: the register kernel
     assert cfg(8, 4, 1024, 96, 132, h200) is None  # K not a multiple of 128 per warp
     assert not GL.RingConfig(16, 8, 4, 2, 6).fits(9, 1024, 4096)
+
+
+def test_ring_pdl_config_rules():
+    """PDL launches: 16-row programs with the most measured stages that let exactly two programs share
+    an SM (the running kernel's and the next one's)."""
+    cfg = GL.default_ring_config
+    h200 = dict(smem_limit=227 * 1024, pdl=True, smem_per_sm=228 * 1024)
+    for g in (2, 4):
+        assert cfg(1, g, 1024, 4096, 132, **h200) == cfg(8, g, 1024, 4096, 132, **h200) == \
+            GL.RingConfig(16, 8, 4, 2, 10, pdl=True)
+    # 9..16 rows: one 32-row program per SM at G=4 (128 programs keep 7/8 of 132 SMs busy), not at G=2
+    assert cfg(9, 4, 1024, 4096, 132, **h200) == cfg(16, 4, 1024, 4096, 132, **h200) == GL.PDL_WIDE
+    assert cfg(9, 2, 1024, 4096, 132, **h200) == cfg(16, 2, 1024, 4096, 132, **h200) == \
+        GL.RingConfig(16, 16, 4, 2, 8, pdl=True)
+    gb10 = dict(smem_limit=99 * 1024, pdl=True, smem_per_sm=100 * 1024)
+    for m in (1, 8, 9, 16):  # PDL_WIDE does not fit 99 KB
+        c = cfg(m, 4, 1024, 4096, 48, **gb10)
+        assert c.pdl and c.block_r == 16 and 100 * 1024 // (c.smem_bytes() + 1024) == 2, (m, c)
+    # nothing gives two per SM: the first that fits, still a PDL launch; nothing fits: round 6's rules
+    assert cfg(4, 4, 1024, 4096, 132, 227 * 1024, pdl=True, smem_per_sm=0) == GL.RingConfig(16, 8, 4, 2, 10, pdl=True)
+    assert cfg(4, 4, 1024, 4096, 132, 20 * 1024, pdl=True, smem_per_sm=20 * 1024) == \
+        GL.RingConfig(16, 8, 4, 2, 2, pdl=True)
+    assert cfg(17, 4, 1024, 4096, 132, **h200) is None
+    assert cfg(4, 4, 1024, 4096, 132, 227 * 1024) == GL.RingConfig(16, 8, 4, 2, 8)  # pdl off: round 6
 
 
 def test_ring_needs_aligned_x_strides():
@@ -319,3 +362,76 @@ def test_exponents_beyond_the_ring_run_elsewhere(m):
     assert not GL.ring_ok(x, twin)
     check_against_fp64(twin, x, seed)
     assert twin._tiles is None
+
+
+@needs_gluon_gpu
+@pytest.mark.skipif(not GL.pdl_enabled("cuda") if GPU else True, reason="needs an sm_90+ GPU with PDL on")
+def test_pdl_chain_reads_the_previous_kernels_output():
+    """Each layer's x is the previous ring kernel's y (R == D): with PDL the next kernel's programs start
+    while the previous kernel runs and must not read x before it is written. Eager and CUDA-graph replay
+    of the PDL chain give the plain launches' results bit for bit, every layer within bf16 error."""
+    gen = torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
+    groups, dim, layers, m = 4, 1024, 6, 8
+    twins = []
+    for _ in range(layers):
+        codes = torch.randint(0, 126, (groups, dim, dim), generator=gen, device="cuda", dtype=torch.int32)
+        codes |= torch.randint(0, 2, codes.shape, generator=gen, device="cuda", dtype=torch.int32) << 7
+        twins.append(K.Twin(codes.to(torch.uint8).view(torch.float8_e4m3fn),
+                            torch.full((groups, dim // 32, dim // 32), 113, dtype=torch.uint8, device="cuda")))
+    pdl = GL.ring_config_for(m, groups, dim, dim, "cuda")
+    plain = GL.RingConfig(pdl.block_r, pdl.block_m, pdl.num_warps, pdl.sb, pdl.stages)
+    assert pdl.pdl
+    x0 = torch.randn((m, groups, dim), generator=gen, device="cuda").to(torch.bfloat16)
+    ys = [torch.empty((m, groups, dim), dtype=torch.bfloat16, device="cuda") for _ in range(layers)]
+
+    def chain(cfg):
+        x = x0
+        for twin, y in zip(twins, ys):
+            x = K.wo_a(x, twin, out=y, config=cfg)
+
+    chain(plain)
+    want = [y.clone() for y in ys]
+    for i, (twin, y) in enumerate(zip(twins, want)):
+        ref = torch.einsum("tgd,grd->tgr", (x0 if i == 0 else want[i - 1]).double(), K.dequantize(twin).double())
+        assert ((y.double() - ref).norm() / ref.norm()).item() < 1e-2, f"layer {i}"
+    for y in ys:
+        y.fill_(float("nan"))
+    chain(pdl)
+    assert all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(ys, want)), "eager PDL chain"
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        chain(pdl)
+    for _ in range(3):
+        for y in ys:
+            y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(ys, want)), "graph chain"
+
+
+@needs_gluon_gpu
+@pytest.mark.skipif(not GL.pdl_enabled("cuda") if GPU else True, reason="needs an sm_90+ GPU with PDL on")
+def test_full_shape_wide_pdl_tiling():
+    """The production shape at 9..16 rows (G=4, 1024 x 4096): on a GPU with enough SMs and shared memory
+    the dispatcher takes PDL_WIDE (32-row programs); correct and bitwise repeatable."""
+    gen = torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
+    codes = torch.randint(0, 126, (4, 1024, 4096), generator=gen, device="cuda", dtype=torch.int32)
+    codes |= torch.randint(0, 2, codes.shape, generator=gen, device="cuda", dtype=torch.int32) << 7
+    exps = torch.randint(110, GL.RING_EXP_MAX + 1, (4, 32, 128), generator=gen, device="cuda", dtype=torch.int32)
+    twin = K.Twin(codes.to(torch.uint8).view(torch.float8_e4m3fn), exps.to(torch.uint8))
+    x = torch.randn((12, 4, 4096), generator=gen, device="cuda").to(torch.bfloat16)
+    cfg = GL.ring_config_for(12, 4, 1024, 4096, "cuda")
+    if cfg != GL.PDL_WIDE:
+        pytest.skip(f"this GPU takes {cfg}")
+    outs = [K.wo_a(x, twin, out=torch.full((12, 4, 1024), float("nan"), dtype=torch.bfloat16, device="cuda"))
+            for _ in range(2)]
+    ref = torch.einsum("tgd,grd->tgr", x.double(), K.dequantize(twin).double())
+    err = ((outs[0].double() - ref).norm() / ref.norm()).item()
+    assert err < 1e-2 and torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16)), err
+
+
+@needs_gluon_gpu
+def test_pdl_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv(GL.PDL_ENV, "0")
+    cfg = GL.ring_config_for(4, 4, 1024, 4096, "cuda")
+    assert cfg is not None and not cfg.pdl

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Programmatic dependent launch (PDL) for the ring kernel, same process, on a CUDA GPU of compute
+capability 9.0+ (round 7, docs/kernels.md).
+
+    python benchmarks/wo_a_pdl_compare.py --out pdl.json
+
+A decode step runs the layers' kernels back to back in one CUDA graph. With PDL (the launch attribute
+``programmaticStreamSerialization``, Triton's ``launch_pdl``) a kernel's programs may start while the
+previous kernel still runs: the ring kernel lets the next kernel launch at once
+(``griddepcontrol.launch_dependents``), requests its first S - 1 stages of weights (constants), and only
+then waits for the previous kernel's writes (``griddepcontrol.wait``) before it copies x.
+
+Every tiling of TILINGS is timed with a plain launch and with PDL, as in benchmarks/wo_a_bench.py
+(CUDA-graph replay over 16 rotated weight sets, medians), next to the pure read of the same bytes
+(plain and PDL) and the bf16 einsum. Each run is checked against float64 (NaN-poisoned output), and a
+PDL launch must give its tiling's plain launch bit for bit, eager and replayed (a chain where each
+layer reads the previous kernel's output is tests/kernels/test_wo_a_gluon.py's).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import torch  # noqa: E402
+
+from kernels import wo_a_gluon as GL  # noqa: E402
+from kernels import wo_a_w8 as K  # noqa: E402
+from wo_a_bench import D, R, copy_bandwidth, graph_time_us, random_twin, random_x, read_ceiling  # noqa: E402
+
+# (block_r, warps, sb, stages) per token tile: round 6's tilings (three programs per H200 SM), and ones
+# whose shared memory admits at most two (the running kernel's and the next one's)
+TILINGS = {8: ((16, 4, 2, 8), (16, 4, 2, 10), (16, 4, 2, 12), (32, 4, 2, 6), (32, 4, 2, 8), (16, 8, 2, 6),
+               (32, 8, 2, 4)),
+           16: ((16, 4, 2, 6), (16, 4, 2, 8), (32, 4, 2, 5), (32, 4, 2, 6), (32, 4, 2, 10), (16, 8, 2, 4))}
+
+
+def ring(x, tiles, ex, y, c: GL.RingConfig):
+    m, g, d = x.shape
+    GL._wo_a_ring_kernel[(g * (R // c.block_r),)](
+        x, tiles, ex, y, m, R, x.stride(0), x.stride(1), y.stride(0), y.stride(1), D=d, NW=c.num_warps,
+        BLOCK_M=c.block_m, BLOCK_R=c.block_r, S=c.stages, SB=c.sb, PDL=c.pdl, num_warps=c.num_warps,
+        launch_pdl=c.pdl)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--ms", type=int, nargs="+", default=[1, 2, 4, 6, 8, 12, 16])
+    ap.add_argument("--groups", type=int, nargs="+", default=[4, 2])
+    args = ap.parse_args()
+    t0 = time.time()
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    res = {"device": torch.cuda.get_device_name(), "copy_GBps": copy_bandwidth() / 1e9, "read": {}, "rows": []}
+    print(f"copy bandwidth {res['copy_GBps']:.0f} GB/s", flush=True)
+    for g in args.groups:
+        res["read"][g] = {"plain": read_ceiling(g * R * D, 16, 50, 7),
+                          "pdl": read_ceiling(g * R * D, 16, 50, 7, pdl=True)}
+        print(f"G={g} pure read: " + ", ".join(f"{k} {v['us']:.2f} us" for k, v in res["read"][g].items()),
+              flush=True)
+        twins = [random_twin(g, gen) for _ in range(16)]
+        tiles = [t.tiles() for t in twins]
+        exps = [t.exponents.view(torch.int32) for t in twins]
+        wbf = [K.dequantize(t) for t in twins]
+        for m in args.ms:
+            bm = 8 if m <= 8 else 16
+            xs = [random_x(m, g, gen) for _ in twins]
+            ys = [torch.empty((m, g, R), dtype=torch.bfloat16, device="cuda") for _ in twins]
+            ref = torch.einsum("tgd,grd->tgr", xs[0].double(), wbf[0].double())
+            row = {"G": g, "M": m, "default": str(GL.ring_config_for(m, g, R, D, "cuda")), "runs": []}
+            row["einsum_us"] = graph_time_us([lambda x=x, w=w: torch.einsum("tgd,grd->tgr", x, w)
+                                              for x, w in zip(xs, wbf)], 50, 7)
+            for (br, nw, sb, st), pdl in itertools.product(TILINGS[bm], (False, True)):
+                c = GL.RingConfig(br, bm, nw, sb, st, pdl)
+                run = {"cfg": [br, bm, nw, sb, st], "smem": c.smem_bytes(), "pdl": pdl}
+                y = torch.full((m, g, R), float("nan"), dtype=torch.bfloat16, device="cuda")
+                ring(xs[0], tiles[0], exps[0], y, c)
+                torch.cuda.synchronize()
+                run["rel_err"] = ((y.double() - ref).norm() / ref.norm()).item()
+                if not pdl:
+                    plain = y.clone()  # a tiling's PDL launch must give its plain launch's bits
+                same = bool(torch.equal(y.view(torch.int16), plain.view(torch.int16)))
+                fns = [lambda x=x, tl_=tl_, e=e, y=y, c=c: ring(x, tl_, e, y, c)
+                       for x, tl_, e, y in zip(xs, tiles, exps, ys)]
+                try:
+                    run["us"] = graph_time_us(fns, 50, 7)
+                    same &= bool(torch.equal(ys[0].view(torch.int16), plain.view(torch.int16)))
+                except Exception as exc:  # a variant that fails to capture is recorded, not fatal
+                    run["error"] = repr(exc)[:300]
+                run["ok"] = same and run["rel_err"] < 1e-2
+                row["runs"].append(run)
+            print(f"G={g} M={m}: einsum {row['einsum_us']:.2f} | " + " | ".join(
+                f"{r['cfg'][0]}/{r['cfg'][2]}w/{r['cfg'][4]}{' pdl' if r['pdl'] else ''} "
+                f"{r.get('us', float('nan')):.2f}{'' if r['ok'] else ' WRONG'}" for r in row["runs"]), flush=True)
+            res["rows"].append(row)
+            Path(args.out).write_text(json.dumps(res, indent=1))
+        del twins, tiles, exps, wbf
+        torch.cuda.empty_cache()
+    print(f"elapsed {time.time() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
