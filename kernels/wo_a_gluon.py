@@ -12,7 +12,9 @@ off). A decode step runs its kernels back to back in one CUDA graph; with PDL th
 start while the previous kernel's still run, request their first S - 1 stages of weights (constants),
 and only then wait for the previous kernel's writes (``griddepcontrol.wait``) before they copy x; each
 lets the next kernel launch at once (``griddepcontrol.launch_dependents``). The tilings then keep at
-most two programs per SM (:data:`PDL_CANDIDATES`).
+most two programs per SM (:data:`PDL_CANDIDATES`). A following kernel that is itself a PDL launch must
+wait (``griddepcontrol.wait``) before it reads y, as the PDL contract requires; plain launches are
+unaffected.
 
 Round 4 of issue 9: the register kernel. Plain Triton stages the fp8 weight tile through shared memory
 and reads it back two bytes at a time in the dot-operand layout. Here the weight goes from global
