@@ -35,19 +35,21 @@ from kernels import wo_a_gluon as GL  # noqa: E402
 from kernels import wo_a_w8 as K  # noqa: E402
 from wo_a_bench import D, R, copy_bandwidth, graph_time_us, random_twin, random_x, read_ceiling  # noqa: E402
 
-# (block_r, warps, sb, stages) per token tile: round 6's tilings (three programs per H200 SM), and ones
-# whose shared memory admits at most two (the running kernel's and the next one's)
-TILINGS = {8: ((16, 4, 2, 8), (16, 4, 2, 10), (16, 4, 2, 12), (32, 4, 2, 6), (32, 4, 2, 8), (16, 8, 2, 6),
-               (32, 8, 2, 4)),
-           16: ((16, 4, 2, 6), (16, 4, 2, 8), (32, 4, 2, 5), (32, 4, 2, 6), (32, 4, 2, 10), (16, 8, 2, 4))}
+# (block_r, warps along K, sb, stages, warps along rows) per token tile: round 6's tilings (three
+# programs per H200 SM), ones whose shared memory admits at most two (the running kernel's and the next
+# one's), and 32-row programs whose two row halves share one copy of x (row_warps=2)
+TILINGS = {8: ((16, 4, 2, 8, 1), (16, 4, 2, 10, 1), (32, 4, 2, 6, 1), (32, 4, 2, 8, 1), (32, 4, 2, 6, 2),
+               (32, 4, 2, 8, 2), (32, 4, 2, 10, 2)),
+           16: ((16, 4, 2, 6, 1), (16, 4, 2, 8, 1), (32, 4, 2, 6, 1), (32, 4, 2, 10, 1), (32, 4, 2, 6, 2),
+                (32, 4, 2, 10, 2))}
 
 
 def ring(x, tiles, ex, y, c: GL.RingConfig):
     m, g, d = x.shape
     GL._wo_a_ring_kernel[(g * (R // c.block_r),)](
         x, tiles, ex, y, m, R, x.stride(0), x.stride(1), y.stride(0), y.stride(1), D=d, NW=c.num_warps,
-        BLOCK_M=c.block_m, BLOCK_R=c.block_r, S=c.stages, SB=c.sb, PDL=c.pdl, num_warps=c.num_warps,
-        launch_pdl=c.pdl)
+        BLOCK_M=c.block_m, BLOCK_R=c.block_r, S=c.stages, SB=c.sb, PDL=c.pdl, RH=c.row_warps,
+        num_warps=c.num_warps * c.row_warps, launch_pdl=c.pdl)
 
 
 def main() -> int:
@@ -77,9 +79,9 @@ def main() -> int:
             row = {"G": g, "M": m, "default": str(GL.ring_config_for(m, g, R, D, "cuda")), "runs": []}
             row["einsum_us"] = graph_time_us([lambda x=x, w=w: torch.einsum("tgd,grd->tgr", x, w)
                                               for x, w in zip(xs, wbf)], 50, 7)
-            for (br, nw, sb, st), pdl in itertools.product(TILINGS[bm], (False, True)):
-                c = GL.RingConfig(br, bm, nw, sb, st, pdl)
-                run = {"cfg": [br, bm, nw, sb, st], "smem": c.smem_bytes(), "pdl": pdl}
+            for (br, nw, sb, st, rh), pdl in itertools.product(TILINGS[bm], (False, True)):
+                c = GL.RingConfig(br, bm, nw, sb, st, pdl, rh)
+                run = {"cfg": [br, bm, nw, sb, st, rh], "smem": c.smem_bytes(), "pdl": pdl}
                 y = torch.full((m, g, R), float("nan"), dtype=torch.bfloat16, device="cuda")
                 ring(xs[0], tiles[0], exps[0], y, c)
                 torch.cuda.synchronize()
@@ -97,7 +99,7 @@ def main() -> int:
                 run["ok"] = same and run["rel_err"] < 1e-2
                 row["runs"].append(run)
             print(f"G={g} M={m}: einsum {row['einsum_us']:.2f} | " + " | ".join(
-                f"{r['cfg'][0]}/{r['cfg'][2]}w/{r['cfg'][4]}{' pdl' if r['pdl'] else ''} "
+                f"{r['cfg'][0]}/{r['cfg'][2]}x{r['cfg'][5]}w/{r['cfg'][4]}{' pdl' if r['pdl'] else ''} "
                 f"{r.get('us', float('nan')):.2f}{'' if r['ok'] else ' WRONG'}" for r in row["runs"]), flush=True)
             res["rows"].append(row)
             Path(args.out).write_text(json.dumps(res, indent=1))

@@ -90,6 +90,7 @@ class RingConfig:
     sb: int = 2
     stages: int = 6
     pdl: bool = False  # a programmatic dependent launch (sm_90+, round 7): see PDL_CANDIDATES
+    row_warps: int = 1  # warps along the rows (1 or 2): 2 share each K slice's x copy (num_warps * 2 warps)
 
     def smem_bytes(self) -> int:
         return self.stages * self.sb * self.num_warps * (self.block_r * 32 + 32 * self.block_m * 2)
@@ -98,6 +99,7 @@ class RingConfig:
         kpw = cols // self.num_warps if self.num_warps else 0
         return (1 <= m <= self.block_m and self.block_m in (8, 16) and self.block_r in (16, 32)
                 and self.num_warps in (1, 2, 4, 8) and self.sb in (1, 2, 4, 8) and self.stages >= 2
+                and self.row_warps in (1, 2) and (self.block_r // 16) % self.row_warps == 0
                 and rows % self.block_r == 0 and cols % self.num_warps == 0 and kpw % 128 == 0
                 and kpw % (32 * self.sb) == 0)
 
@@ -175,7 +177,10 @@ RING_CANDIDATES = {16: ((2, 8), (2, 6), (4, 3), (2, 3), (2, 2)), 32: ((2, 6), (4
 PDL_CANDIDATES = {8: (10, 12, 8, 6, 5, 4, 3, 2), 16: (8, 6, 5, 4, 3, 2)}  # stages of 16-row programs, sb 2
 # 9..16 rows where 32-row programs keep 7/8 of the SMs busy (G=4 on the H200): one 164 KB program per SM
 # with 10 stages, x read once per 32 rows (wo_a_round7_pdl_tilings.json: 8.05 vs 8.45 us for 16-row
-# programs at 16 rows, 7.58 vs 7.62 at 12; 7.66-8.07 us in the final run, 8.56-8.58 without PDL)
+# programs at 16 rows, 7.58 vs 7.62 at 12; 7.66-8.07 us in the final run, 8.56-8.58 without PDL).
+# Measured since, not yet the default (its GPU tests have not run): the same with row_warps=2, the two
+# row halves sharing one copy of x, also for 6..8 rows (wo_a_round7_row_warps.json, G=4: 6.34 vs 6.60 us
+# at 8 rows, 6.26 vs 6.37 at 6, 7.83 vs 8.07 at 16; 1..4 rows and G=2 are faster with 16-row programs).
 PDL_WIDE = RingConfig(32, 16, 4, 2, 10, pdl=True)
 
 
@@ -407,7 +412,7 @@ if gluon is not None:
         M, R,
         stride_xm, stride_xg, stride_ym, stride_yg,
         D: gl.constexpr, NW: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_R: gl.constexpr, S: gl.constexpr,
-        SB: gl.constexpr, PDL: gl.constexpr = False,
+        SB: gl.constexpr, PDL: gl.constexpr = False, RH: gl.constexpr = 1,
     ):
         """Weights from the lane-ordered tiles (:func:`pack_tiles`) and x stream through an S-stage
         cp.async ring in shared memory, one allocation per slot (so Triton's barrier analysis needs one
@@ -417,12 +422,12 @@ if gluon is not None:
         accumulators and the NW warps are summed once, in a fixed order: bitwise reproducible.
         With PDL (a programmatic dependent launch, round 7) the weights of the first S - 1 stages are
         requested before the wait for the previous kernel, x after it; the results are the same bits."""
-        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[NW, 1, 1],
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[NW, RH, 1],
                                                       instr_shape=[1, 16, 8])
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=8)
         b_l: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=8)
         # weights as stored: [warp slice, 16-row tile * 32 + lane, the lane's 16 bytes]
-        lane_l: gl.constexpr = gl.BlockedLayout([1, 1, 16], [1, 32, 1], [NW, 1, 1], [2, 1, 0])
+        lane_l: gl.constexpr = gl.BlockedLayout([1, 1, 16], [1, 32, 1], [NW, RH, 1], [2, 1, 0])
         RT: gl.constexpr = BLOCK_R // 16
         KPW: gl.constexpr = D // NW
         NST: gl.constexpr = KPW // (32 * SB)
@@ -494,7 +499,7 @@ if gluon is not None:
                 else:
                     acc1 = mma_v2(wb, xt, acc1)
 
-        _store_rows(acc0 + acc1, y_ptr, M, g, r_in, stride_ym, stride_yg, NW, BLOCK_R, BLOCK_M)
+        _store_rows(acc0 + acc1, y_ptr, M, g, r_in, stride_ym, stride_yg, NW * RH, BLOCK_R, BLOCK_M)
 
 
 def launch(x: torch.Tensor, twin, y: torch.Tensor, cfg: GluonConfig | RingConfig | None = None) -> torch.Tensor:
@@ -519,7 +524,7 @@ def launch(x: torch.Tensor, twin, y: torch.Tensor, cfg: GluonConfig | RingConfig
         _wo_a_ring_kernel[(g * (r // cfg.block_r),)](
             x, twin.tiles(), twin.exponents.view(torch.int32), y, m, r, x.stride(0), x.stride(1), y.stride(0),
             y.stride(1), D=d, NW=cfg.num_warps, BLOCK_M=cfg.block_m, BLOCK_R=cfg.block_r, S=cfg.stages, SB=cfg.sb,
-            PDL=cfg.pdl, num_warps=cfg.num_warps, launch_pdl=cfg.pdl)
+            PDL=cfg.pdl, RH=cfg.row_warps, num_warps=cfg.num_warps * cfg.row_warps, launch_pdl=cfg.pdl)
         return y
     cfg = cfg or config_for(m, g, r, d, x.device)
     if not cfg.fits(m, r, d):

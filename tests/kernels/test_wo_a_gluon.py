@@ -43,7 +43,7 @@ sig = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "e_ptr": "*u8", "y_ptr": "*bf16", 
 sig.update({name: "constexpr" for name in cfg})
 attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 5)}  # pointers and R; x strides may be odd
 src = GluonASTSource(fn=GL._wo_a_gluon_kernel, signature=sig, constexprs=cfg, attrs=attrs)
-kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg["NW"]})
+kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg["NW"] * cfg.get("RH", 1)})
 sys.stdout.buffer.write(kernel.asm["cubin"])
 """
 
@@ -88,13 +88,14 @@ RING_SASS_SCRIPT = SASS_SCRIPT.replace('"*u8"', '"*i32"').replace('"*fp8e4nv"', 
 
 def ring_sass_of(cfg: GL.RingConfig, cols: int = 4096) -> str:
     consts = {"D": cols, "NW": cfg.num_warps, "BLOCK_M": cfg.block_m, "BLOCK_R": cfg.block_r, "S": cfg.stages,
-              "SB": cfg.sb, "PDL": cfg.pdl}
+              "SB": cfg.sb, "PDL": cfg.pdl, "RH": cfg.row_warps}
     return sass_of(None, cols, script=RING_SASS_SCRIPT, consts=consts)
 
 
 @needs_gluon
 @pytest.mark.parametrize("cfg", [GL.RingConfig(16, 8, 4, 2, 10, pdl=True), GL.RingConfig(16, 16, 4, 2, 8, pdl=True),
-                                 GL.PDL_WIDE], ids=["m8", "m16", "wide"])
+                                 GL.PDL_WIDE, GL.RingConfig(32, 8, 4, 2, 10, pdl=True, row_warps=2)],
+                         ids=["m8", "m16", "wide", "row-warps"])
 def test_ring_pdl_machine_code(cfg):
     """A PDL launch lets the next kernel start (PREEXIT) and waits for the previous one (ACQBULK) once,
     after requesting exactly the first S - 1 stages of weights and before any copy of x; the plain
@@ -102,12 +103,12 @@ def test_ring_pdl_machine_code(cfg):
     sass = ring_sass_of(cfg)
     assert sass.count("PREEXIT") == 1 and sass.count("ACQBULK") == 1, "one launch_dependents and one wait"
     before, after = sass.split("ACQBULK")
-    weights_per_stage = cfg.sb * cfg.block_r // 16
+    weights_per_stage = cfg.sb * cfg.block_r // 16 // cfg.row_warps  # a warp copies its own rows' tiles
     assert before.count("LDGSTS.E.BYPASS.128") == (cfg.stages - 1) * weights_per_stage, "only weights before the wait"
     blocks = 4096 // cfg.num_warps // 32  # K blocks per warp
-    assert after.count("LDGSTS.E.BYPASS.128") == blocks * (cfg.block_r // 16 + cfg.block_m // 8) - \
+    assert after.count("LDGSTS.E.BYPASS.128") == blocks * (cfg.block_r // 16 // cfg.row_warps + cfg.block_m // 8) - \
         (cfg.stages - 1) * weights_per_stage
-    plain = ring_sass_of(GL.RingConfig(cfg.block_r, cfg.block_m, 4, 2, cfg.stages))
+    plain = ring_sass_of(GL.RingConfig(cfg.block_r, cfg.block_m, 4, 2, cfg.stages, row_warps=cfg.row_warps))
     assert "ACQBULK" not in plain and "PREEXIT" not in plain
 
 
@@ -410,8 +411,22 @@ def test_pdl_chain_reads_the_previous_kernels_output():
 
 
 @needs_gluon_gpu
+@pytest.mark.parametrize("m", [3, 8, 16])
+def test_row_warps_share_x(m):
+    """32-row programs whose two row halves share one copy of x (row_warps=2), plain and PDL launches:
+    correct, bitwise repeatable, and the same bits either way."""
+    twin, x, seed = random_case(4, m, exp_hi=GL.RING_EXP_MAX, aligned=True)
+    cfg = GL.RingConfig(32, 8 if m <= 8 else 16, 4, 2, 10, row_warps=2)
+    check_against_fp64(twin, x, seed, config=cfg)
+    if GL.pdl_enabled("cuda"):
+        a, b = (K.wo_a(x, twin, config=c) for c in (cfg, GL.RingConfig(**{**cfg.__dict__, "pdl": True})))
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
+@needs_gluon_gpu
 @pytest.mark.skipif(not GL.pdl_enabled("cuda") if GPU else True, reason="needs an sm_90+ GPU with PDL on")
-def test_full_shape_wide_pdl_tiling():
+@pytest.mark.parametrize("m", [12])
+def test_full_shape_wide_pdl_tiling(m):
     """The production shape at 9..16 rows (G=4, 1024 x 4096): on a GPU with enough SMs and shared memory
     the dispatcher takes PDL_WIDE (32-row programs); correct and bitwise repeatable."""
     gen = torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
@@ -419,11 +434,11 @@ def test_full_shape_wide_pdl_tiling():
     codes |= torch.randint(0, 2, codes.shape, generator=gen, device="cuda", dtype=torch.int32) << 7
     exps = torch.randint(110, GL.RING_EXP_MAX + 1, (4, 32, 128), generator=gen, device="cuda", dtype=torch.int32)
     twin = K.Twin(codes.to(torch.uint8).view(torch.float8_e4m3fn), exps.to(torch.uint8))
-    x = torch.randn((12, 4, 4096), generator=gen, device="cuda").to(torch.bfloat16)
-    cfg = GL.ring_config_for(12, 4, 1024, 4096, "cuda")
+    x = torch.randn((m, 4, 4096), generator=gen, device="cuda").to(torch.bfloat16)
+    cfg = GL.ring_config_for(m, 4, 1024, 4096, "cuda")
     if cfg != GL.PDL_WIDE:
         pytest.skip(f"this GPU takes {cfg}")
-    outs = [K.wo_a(x, twin, out=torch.full((12, 4, 1024), float("nan"), dtype=torch.bfloat16, device="cuda"))
+    outs = [K.wo_a(x, twin, out=torch.full((m, 4, 1024), float("nan"), dtype=torch.bfloat16, device="cuda"))
             for _ in range(2)]
     ref = torch.einsum("tgd,grd->tgr", x.double(), K.dequantize(twin).double())
     err = ((outs[0].double() - ref).norm() / ref.norm()).item()
