@@ -113,3 +113,16 @@ def marker_matches(marker: str, line: str) -> bool:
     if marker.startswith("re:"):
         return re.search(marker[3:], line) is not None
     return marker in line
+
+
+def playbook_argv(step: Any, ansible_playbook: str, playbook_dir: str, inventory: str, extra_vars: str) -> list[str]:
+    """The argv of the nested ansible-playbook run of an experiment's apply or revert step: the step's
+    playbook (a file in playbook_dir), the inventory, one -e (a JSON string or @file) and the step's
+    tags, if any. A step without a playbook, or with tags that are not strings, is a ValueError."""
+    if not isinstance(step, dict) or not isinstance(step.get("playbook"), str) or not step["playbook"]:
+        raise ValueError(f"the step names no playbook: {step!r}")
+    tags = step.get("tags") or []
+    if not isinstance(tags, list) or not all(isinstance(t, str) and t for t in tags):
+        raise ValueError(f"tags must be a list of names, not {tags!r}")
+    argv = [ansible_playbook, f"{playbook_dir.rstrip('/')}/{step['playbook']}", "-i", inventory, "-e", extra_vars]
+    return argv + (["--tags", ",".join(tags)] if tags else [])

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible.module_utils.experiments import marker_matches, missing_prerequisites, validate
+from ansible.module_utils.experiments import marker_matches, missing_prerequisites, playbook_argv, validate
 
 CATALOG = Path(__file__).resolve().parents[2] / "experiments"
 REQUIRED = {"pack_engram", "quiesce", "autotune_keep", "folded_fence", "wo_a_w8", "wo_a_w8_mid",
@@ -65,3 +65,19 @@ def test_markers():
     assert marker_matches("re:gamma=\\d+", "... gamma=5, verify")
     assert marker_matches("[block_verify] armed", "[x TP1] [block_verify] armed")
     assert not marker_matches("[block_verify] armed", "block verify armed")
+
+
+def test_playbook_argv_of_apply_and_revert_steps():
+    step = {"playbook": "engram_aside.yml", "vars": {"a": 1}, "tags": ["aside", "verify"]}
+    assert playbook_argv(step, "/venv/bin/ansible-playbook", "/repo/playbooks/", "inv/testbed", "@/run/apply-vars.json") == [
+        "/venv/bin/ansible-playbook", "/repo/playbooks/engram_aside.yml", "-i", "inv/testbed",
+        "-e", "@/run/apply-vars.json", "--tags", "aside,verify"]
+    untagged = playbook_argv({"playbook": "rollback.yml"}, "ap", "/p", "inv", '{"x": 2}')
+    assert untagged == ["ap", "/p/rollback.yml", "-i", "inv", "-e", '{"x": 2}']
+
+
+@pytest.mark.parametrize("step", [None, {}, {"playbook": ""}, {"playbook": "a.yml", "tags": "aside"},
+                                  {"playbook": "a.yml", "tags": ["ok", 3]}])
+def test_playbook_argv_rejects_a_step_it_cannot_run(step):
+    with pytest.raises(ValueError):
+        playbook_argv(step, "ap", "/p", "inv", "{}")
