@@ -308,8 +308,7 @@ def measure(groups, ms, sets, replays, repeats, gen, twins, w_bf16, xs_all, conf
         row = {"G": groups, "M": m, "path": path, "config": {"kind": type(used).__name__, **asdict(used)},
                "kernel_us": t_k, "einsum_us": t_e, "graph_matches_eager": graph_ok}
         if isinstance(used, GL.RingConfig) and used.pdl:  # the same calls without PDL: round 6's tiling
-            dev = torch.device("cuda")
-            plain = GL.default_ring_config(m, groups, R, D, GL._sms(dev), GL._smem_per_block(dev))
+            plain = GL.ring_config_for(m, groups, R, D, "cuda", pdl=False)
             plain_fns = [lambda i=i: K.wo_a(xs[i], twins[i], out=outs[i], config=plain) for i in range(sets)]
             row["plain_launch_us"] = graph_time_us(plain_fns, replays, repeats)
             row["plain_launch_config"] = asdict(plain)

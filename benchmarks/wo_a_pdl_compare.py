@@ -44,14 +44,6 @@ TILINGS = {8: ((16, 4, 2, 8, 1), (16, 4, 2, 10, 1), (32, 4, 2, 6, 1), (32, 4, 2,
                 (32, 4, 2, 10, 2))}
 
 
-def ring(x, tiles, ex, y, c: GL.RingConfig):
-    m, g, d = x.shape
-    GL._wo_a_ring_kernel[(g * (R // c.block_r),)](
-        x, tiles, ex, y, m, R, x.stride(0), x.stride(1), y.stride(0), y.stride(1), D=d, NW=c.num_warps,
-        BLOCK_M=c.block_m, BLOCK_R=c.block_r, S=c.stages, SB=c.sb, PDL=c.pdl, RH=c.row_warps,
-        num_warps=c.num_warps * c.row_warps, launch_pdl=c.pdl)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -68,8 +60,6 @@ def main() -> int:
         print(f"G={g} pure read: " + ", ".join(f"{k} {v['us']:.2f} us" for k, v in res["read"][g].items()),
               flush=True)
         twins = [random_twin(g, gen) for _ in range(16)]
-        tiles = [t.tiles() for t in twins]
-        exps = [t.exponents.view(torch.int32) for t in twins]
         wbf = [K.dequantize(t) for t in twins]
         for m in args.ms:
             bm = 8 if m <= 8 else 16
@@ -83,14 +73,13 @@ def main() -> int:
                 c = GL.RingConfig(br, bm, nw, sb, st, pdl, rh)
                 run = {"cfg": [br, bm, nw, sb, st, rh], "smem": c.smem_bytes(), "pdl": pdl}
                 y = torch.full((m, g, R), float("nan"), dtype=torch.bfloat16, device="cuda")
-                ring(xs[0], tiles[0], exps[0], y, c)
+                GL.launch(xs[0], twins[0], y, c)
                 torch.cuda.synchronize()
                 run["rel_err"] = ((y.double() - ref).norm() / ref.norm()).item()
                 if not pdl:
                     plain = y.clone()  # a tiling's PDL launch must give its plain launch's bits
                 same = bool(torch.equal(y.view(torch.int16), plain.view(torch.int16)))
-                fns = [lambda x=x, tl_=tl_, e=e, y=y, c=c: ring(x, tl_, e, y, c)
-                       for x, tl_, e, y in zip(xs, tiles, exps, ys)]
+                fns = [lambda x=x, t=t, y=y, c=c: GL.launch(x, t, y, c) for x, t, y in zip(xs, twins, ys)]
                 try:
                     run["us"] = graph_time_us(fns, 50, 7)
                     same &= bool(torch.equal(ys[0].view(torch.int16), plain.view(torch.int16)))
@@ -103,7 +92,7 @@ def main() -> int:
                 f"{r.get('us', float('nan')):.2f}{'' if r['ok'] else ' WRONG'}" for r in row["runs"]), flush=True)
             res["rows"].append(row)
             Path(args.out).write_text(json.dumps(res, indent=1))
-        del twins, tiles, exps, wbf
+        del twins, wbf
         torch.cuda.empty_cache()
     print(f"elapsed {time.time() - t0:.0f} s")
     return 0

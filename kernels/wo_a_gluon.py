@@ -211,10 +211,12 @@ def default_ring_config(m: int, groups: int, rows: int, cols: int, sms: int, sme
     return None
 
 
-def ring_config_for(m: int, groups: int, rows: int, cols: int, device: torch.device | str) -> RingConfig | None:
+def ring_config_for(m: int, groups: int, rows: int, cols: int, device: torch.device | str,
+                    pdl: bool | None = None) -> RingConfig | None:
+    """default_ring_config for this device; ``pdl`` None: :func:`pdl_enabled`."""
     device = torch.device(device)
-    return default_ring_config(m, groups, rows, cols, _sms(device), _smem_per_block(device), pdl_enabled(device),
-                               _smem_per_sm(device))
+    pdl = pdl_enabled(device) if pdl is None else pdl
+    return default_ring_config(m, groups, rows, cols, _sms(device), _smem_per_block(device), pdl, _smem_per_sm(device))
 
 
 # The ring's decode multiplies by 2**(e - 7) in bf16: exponents up to 134 (blocks with scales up to 2**7;

@@ -120,6 +120,11 @@ def run_playbook(playbook: str, extravars: dict | None = None, check: bool = Fal
                        run_dir=os.path.join(runs_dir, new[-1]) if new else "")
 
 
+def locked(host, name: str):
+    """The SM clock range the testbed's simulated nvidia-smi holds locked on node name, or None."""
+    return json.loads(host(name).file("/run/testbed/gpu.json").content_string).get("locked")
+
+
 @pytest.fixture(scope="session")
 def testbed():
     if os.geteuid() != 0:

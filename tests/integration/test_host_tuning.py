@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.integration.conftest import ensure_testbed, run_playbook
+from tests.integration.conftest import ensure_testbed, locked, run_playbook
 
 pytestmark = pytest.mark.testbed
 
@@ -46,10 +46,6 @@ def drift(extravars: dict | None = None, **kw):
 
 def fingerprint(host) -> dict:
     return {name: host(name).check_output(FINGERPRINT) for name in HOSTS}
-
-
-def locked(host, name: str):
-    return json.loads(host(name).file("/run/testbed/gpu.json").content_string).get("locked")
 
 
 def messages(run, task: str) -> dict:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import ROOT, ensure_testbed, run_playbook
+from tests.integration.conftest import ROOT, ensure_testbed, locked, run_playbook
 
 pytestmark = pytest.mark.testbed
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -65,22 +65,18 @@ def test_failed_neutral_and_markerless_changes_are_reverted(serving_fleet, host)
     assert result["restore_ok"]
 
 
-def gpu_locked(host, name: str):
-    return json.loads(host(name).file("/run/testbed/gpu.json").content_string).get("locked")
-
-
 @pytest.mark.slow
 def test_a_host_change_runs_its_playbook_and_its_revert(serving_fleet, host):
     """clocks_unlocked changes hosts through playbooks (site.yml --tags clock_lock): the nested apply run
     unlocks the simulated GPU clocks on every node, and, the change not being kept (the simulator does not
     care about clocks), the nested revert run locks them again. Each nested run keeps its own record."""
     lock = run_playbook("site.yml", tags="clock_lock", extravars={"preflight_skip": True})
-    assert lock.rc == 0 and all(gpu_locked(host, n) for n in ("spark1", "spark2", "spark3")), lock.stdout[-2000:]
+    assert lock.rc == 0 and all(locked(host, n) for n in ("spark1", "spark2", "spark3")), lock.stdout[-2000:]
     run, result = rollout(experiment="clocks_unlocked")
     assert result["outcome"] == "reverted", result
     assert json.loads(Path(run.run_dir, "apply-vars.json").read_text()) == {"clock_lock_state": "unlocked"}
     assert Path(run.run_dir, "apply").is_dir() and Path(run.run_dir, "revert").is_dir()
-    assert all(gpu_locked(host, n) for n in ("spark1", "spark2", "spark3"))
+    assert all(locked(host, n) for n in ("spark1", "spark2", "spark3"))
 
 
 @pytest.mark.slow
