@@ -312,8 +312,9 @@ def measure(groups, ms, sets, replays, repeats, gen, twins, w_bf16, xs_all, conf
             plain_fns = [lambda i=i: K.wo_a(xs[i], twins[i], out=outs[i], config=plain) for i in range(sets)]
             row["plain_launch_us"] = graph_time_us(plain_fns, replays, repeats)
             row["plain_launch_config"] = asdict(plain)
-            plain_eager = K.wo_a(xs[0], twins[0], config=plain)
-            row["graph_matches_eager"] &= bool(torch.equal(plain_eager.view(torch.int16), eager[0].view(torch.int16)))
+            for c in (plain, replace(used, pdl=False)):  # PDL gives the plain launch's bits
+                plain_eager = K.wo_a(xs[0], twins[0], config=c).view(torch.int16)
+                row["graph_matches_eager"] &= bool(torch.equal(plain_eager, eager[0].view(torch.int16)))
         rows.append(row)
     return rows
 
@@ -495,14 +496,14 @@ def markdown(result: dict) -> str:
              "| G | M | path | fp8 kernel (us) | bf16 einsum (us) | speedup | fp8 GB/s | % of copy BW | "
              "without PDL (us) | pure fp8 read (us; PDL) | rel err vs fp64 | deterministic | config "
              "(m,r,k,split,warps,stages; gluon: rows,tokens,warps,K blocks; ring: rows,tokens,warps,K blocks "
-             "per stage,stages[,pdl]) |",
+             "per stage,stages[,pdl][,rows x2: two warps along the rows share x]) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         c = r["config"]
         det = r["deterministic_eager_x21"] and r["graph_matches_eager"] and r["written"]
         if c.get("kind") == "RingConfig":
             cfg_text = (f"ring {c['block_r']},{c['block_m']},{c['num_warps']},{c['sb']},{c['stages']}"
-                        f"{',pdl' if c.get('pdl') else ''}")
+                        f"{',pdl' if c.get('pdl') else ''}{',rows x2' if c.get('row_warps', 1) == 2 else ''}")
         elif r["path"] == "gluon":
             cfg_text = f"{c['block_r']},{c['block_m']},{c['num_warps']},{c['blocks']}"
         else:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Programmatic dependent launch (PDL) for the ring kernel, same process, on a CUDA GPU of compute
-capability 9.0+ (round 7, docs/kernels.md).
+capability 9.0+ (rounds 7 and 8, docs/kernels.md).
 
     python benchmarks/wo_a_pdl_compare.py --out pdl.json
 
@@ -35,13 +35,13 @@ from kernels import wo_a_gluon as GL  # noqa: E402
 from kernels import wo_a_w8 as K  # noqa: E402
 from wo_a_bench import D, R, copy_bandwidth, graph_time_us, random_twin, random_x, read_ceiling  # noqa: E402
 
-# (block_r, warps along K, sb, stages, warps along rows) per token tile: round 6's tilings (three
-# programs per H200 SM), ones whose shared memory admits at most two (the running kernel's and the next
-# one's), and 32-row programs whose two row halves share one copy of x (row_warps=2)
-TILINGS = {8: ((16, 4, 2, 8, 1), (16, 4, 2, 10, 1), (32, 4, 2, 6, 1), (32, 4, 2, 8, 1), (32, 4, 2, 6, 2),
-               (32, 4, 2, 8, 2), (32, 4, 2, 10, 2)),
-           16: ((16, 4, 2, 6, 1), (16, 4, 2, 8, 1), (32, 4, 2, 6, 1), (32, 4, 2, 10, 1), (32, 4, 2, 6, 2),
-                (32, 4, 2, 10, 2))}
+# (block_r, warps along K, sb, stages, warps along rows) per token tile: round 7's 16-row programs (at
+# most two per H200 SM) and one 32-row program per SM for 9..16 rows; round 8's: 32-row programs whose two
+# row halves share one copy of x (row_warps=2, PDL_WIDE), 4 K blocks per stage, 8 warps along K
+TILINGS = {8: ((16, 4, 2, 10, 1), (16, 4, 4, 5, 1), (16, 8, 2, 5, 1), (32, 4, 2, 8, 2), (32, 4, 2, 10, 2),
+               (32, 4, 2, 12, 2), (32, 4, 2, 14, 2), (32, 4, 4, 5, 2)),
+           16: ((16, 4, 2, 8, 1), (16, 4, 4, 4, 1), (32, 4, 2, 10, 1), (32, 4, 2, 8, 2), (32, 4, 2, 10, 2),
+                (32, 4, 2, 12, 2), (32, 4, 4, 5, 2))}
 
 
 def main() -> int:
@@ -88,7 +88,7 @@ def main() -> int:
                 run["ok"] = same and run["rel_err"] < 1e-2
                 row["runs"].append(run)
             print(f"G={g} M={m}: einsum {row['einsum_us']:.2f} | " + " | ".join(
-                f"{r['cfg'][0]}/{r['cfg'][2]}x{r['cfg'][5]}w/{r['cfg'][4]}{' pdl' if r['pdl'] else ''} "
+                f"{r['cfg'][0]}/{r['cfg'][2]}x{r['cfg'][5]}w/{r['cfg'][3]}x{r['cfg'][4]}{' pdl' if r['pdl'] else ''} "
                 f"{r.get('us', float('nan')):.2f}{'' if r['ok'] else ' WRONG'}" for r in row["runs"]), flush=True)
             res["rows"].append(row)
             Path(args.out).write_text(json.dumps(res, indent=1))

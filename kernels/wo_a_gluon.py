@@ -16,6 +16,10 @@ most two programs per SM (:data:`PDL_CANDIDATES`). A following kernel that is it
 wait (``griddepcontrol.wait``) before it reads y, as the PDL contract requires; plain launches are
 unaffected.
 
+Round 8: for 6..16 rows where 32-row programs keep the SMs busy (G=4 on the H200) the PDL tilings are
+:data:`PDL_WIDE`, programs of two warps along the rows that share each K slice's copy of x
+(``RingConfig(row_warps=2)``); they give the 16-row programs' bits.
+
 Round 4 of issue 9: the register kernel. Plain Triton stages the fp8 weight tile through shared memory
 and reads it back two bytes at a time in the dot-operand layout. Here the weight goes from global
 memory straight into the mma.sync operand layout (``k_width`` = 8 consecutive K values per thread:
@@ -175,20 +179,21 @@ RING_CANDIDATES = {16: ((2, 8), (2, 6), (4, 3), (2, 3), (2, 2)), 32: ((2, 6), (4
 # up to 0.9 us slower). Measured on the H200 (G=4, same run, docs/measurements/wo_a_round7_final.json): 16-row
 # programs with 10 stages 5.80-6.55 us for 1..8 rows against 6.88-8.02 us for round 6's plain launch.
 PDL_CANDIDATES = {8: (10, 12, 8, 6, 5, 4, 3, 2), 16: (8, 6, 5, 4, 3, 2)}  # stages of 16-row programs, sb 2
-# 9..16 rows where 32-row programs keep 7/8 of the SMs busy (G=4 on the H200): one 164 KB program per SM
-# with 10 stages, x read once per 32 rows (wo_a_round7_pdl_tilings.json: 8.05 vs 8.45 us for 16-row
-# programs at 16 rows, 7.58 vs 7.62 at 12; 7.66-8.07 us in the final run, 8.56-8.58 without PDL).
-# Measured since, not yet the default (its GPU tests have not run): the same with row_warps=2, the two
-# row halves sharing one copy of x, also for 6..8 rows (wo_a_round7_row_warps.json, G=4: 6.34 vs 6.60 us
-# at 8 rows, 6.26 vs 6.37 at 6, 7.83 vs 8.07 at 16; 1..4 rows and G=2 are faster with 16-row programs).
-PDL_WIDE = RingConfig(32, 16, 4, 2, 10, pdl=True)
-
+# 6..16 rows where 32-row programs keep 7/8 of the SMs busy (G=4 on the H200): one program per SM of 8 warps,
+# 4 along K and 2 along the rows, the two row halves sharing one copy of x (row_warps=2: x comes from L2
+# once per 32 rows); 10 stages with an 8-token tile (123 KB), 8 with 16 tokens (131 KB): the fewest that
+# still keep a second program off the SM. Round 8, same process each (docs/measurements/wo_a_round8_*.json,
+# wo_a_round7_row_warps.json), G=4 with PDL: 6.18-6.28 vs 6.32-6.37 us for 16-row programs at 6 rows,
+# 6.27-6.35 vs 6.53-6.60 at 8; 7.19 vs 7.50 (10 stages) and 7.57 (round 7's 32-row programs, one warp per
+# K slice) at 12 rows, 7.68 vs 7.88 and 8.01 at 16; 1..4 rows and G=2 stay faster with 16-row programs.
+PDL_WIDE = {8: RingConfig(32, 8, 4, 2, 10, pdl=True, row_warps=2),
+            16: RingConfig(32, 16, 4, 2, 8, pdl=True, row_warps=2)}
 
 def default_ring_config(m: int, groups: int, rows: int, cols: int, sms: int, smem_limit: int, pdl: bool = False,
                         smem_per_sm: int = 0) -> RingConfig | None:
     """The measured ring tiling for m tokens that fits this shape and the device's shared memory per
     program (GB10-class parts allow ~99 KB), or None (then the register kernel runs). With ``pdl``:
-    :data:`PDL_WIDE` for 9..16 rows where 32-row programs keep the SMs busy and it fits, else 16-row
+    :data:`PDL_WIDE` for 6..16 rows where 32-row programs keep the SMs busy and it fits, else 16-row
     programs with the first of PDL_CANDIDATES' stage counts that lets exactly two programs share an SM
     of ``smem_per_sm`` bytes (the first that fits, if none does)."""
     if not 1 <= m <= 16:
@@ -196,8 +201,9 @@ def default_ring_config(m: int, groups: int, rows: int, cols: int, sms: int, sme
     block_m = 8 if m <= 8 else 16
     wide = rows % 32 == 0 and 8 * (groups * rows // 32) >= 7 * sms and (m >= 6 or block_m == 16)
     if pdl:
-        if wide and block_m == 16 and PDL_WIDE.fits(m, rows, cols) and PDL_WIDE.smem_bytes() + 1024 <= smem_limit:
-            return PDL_WIDE
+        big = PDL_WIDE[block_m]
+        if wide and big.fits(m, rows, cols) and big.smem_bytes() + 1024 <= smem_limit:
+            return big
         fitting = [c for c in (RingConfig(16, block_m, 4, 2, st, pdl=True) for st in PDL_CANDIDATES[block_m])
                    if c.fits(m, rows, cols) and c.smem_bytes() + 1024 <= smem_limit]
         two = [c for c in fitting if smem_per_sm // (c.smem_bytes() + 1024) == 2]

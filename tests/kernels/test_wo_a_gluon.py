@@ -95,8 +95,8 @@ def ring_sass_of(cfg: GL.RingConfig, cols: int = 4096) -> str:
 
 @needs_gluon
 @pytest.mark.parametrize("cfg", [GL.RingConfig(16, 8, 4, 2, 10, pdl=True), GL.RingConfig(16, 16, 4, 2, 8, pdl=True),
-                                 GL.PDL_WIDE, GL.RingConfig(32, 8, 4, 2, 10, pdl=True, row_warps=2)],
-                         ids=["m8", "m16", "wide", "row-warps"])
+                                 GL.PDL_WIDE[8], GL.PDL_WIDE[16], GL.RingConfig(32, 16, 4, 2, 10, pdl=True)],
+                         ids=["m8", "m16", "wide8", "wide16", "rows32"])
 def test_ring_pdl_machine_code(cfg):
     """A PDL launch lets the next kernel start (PREEXIT) and waits for the previous one (ACQBULK) once,
     after requesting exactly the first S - 1 stages of weights and before any copy of x; the plain
@@ -183,18 +183,23 @@ def test_ring_config_rules():
 
 def test_ring_pdl_config_rules():
     """PDL launches: 16-row programs with the most measured stages that let exactly two programs share
-    an SM (the running kernel's and the next one's)."""
+    an SM (the running kernel's and the next one's), or where 32-row programs keep the SMs busy (G=4 on
+    132 SMs) from 6 rows one such program per SM whose two row halves share x."""
     cfg = GL.default_ring_config
     h200 = dict(smem_limit=227 * 1024, pdl=True, smem_per_sm=228 * 1024)
     for g in (2, 4):
-        assert cfg(1, g, 1024, 4096, 132, **h200) == cfg(8, g, 1024, 4096, 132, **h200) == \
+        assert cfg(1, g, 1024, 4096, 132, **h200) == cfg(4, g, 1024, 4096, 132, **h200) == \
             GL.RingConfig(16, 8, 4, 2, 10, pdl=True)
-    # 9..16 rows: one 32-row program per SM at G=4 (128 programs keep 7/8 of 132 SMs busy), not at G=2
-    assert cfg(9, 4, 1024, 4096, 132, **h200) == cfg(16, 4, 1024, 4096, 132, **h200) == GL.PDL_WIDE
+    assert cfg(8, 2, 1024, 4096, 132, **h200) == GL.RingConfig(16, 8, 4, 2, 10, pdl=True)
+    # 6..16 rows: one 32-row program per SM at G=4 (128 programs keep 7/8 of 132 SMs busy), not at G=2
+    assert cfg(6, 4, 1024, 4096, 132, **h200) == cfg(8, 4, 1024, 4096, 132, **h200) == GL.PDL_WIDE[8]
+    assert cfg(9, 4, 1024, 4096, 132, **h200) == cfg(16, 4, 1024, 4096, 132, **h200) == GL.PDL_WIDE[16]
+    assert all(c.row_warps == 2 and c.block_r == 32 and c.smem_bytes() + 1024 <= 227 * 1024
+               for c in GL.PDL_WIDE.values())
     assert cfg(9, 2, 1024, 4096, 132, **h200) == cfg(16, 2, 1024, 4096, 132, **h200) == \
         GL.RingConfig(16, 16, 4, 2, 8, pdl=True)
     gb10 = dict(smem_limit=99 * 1024, pdl=True, smem_per_sm=100 * 1024)
-    for m in (1, 8, 9, 16):  # PDL_WIDE does not fit 99 KB
+    for m in (1, 8, 9, 16):  # neither PDL_WIDE fits 99 KB
         c = cfg(m, 4, 1024, 4096, 48, **gb10)
         assert c.pdl and c.block_r == 16 and 100 * 1024 // (c.smem_bytes() + 1024) == 2, (m, c)
     # nothing gives two per SM: the first that fits, still a PDL launch; nothing fits: round 6's rules
@@ -415,21 +420,22 @@ def test_pdl_chain_reads_the_previous_kernels_output():
 @pytest.mark.parametrize("m", [3, 8, 16])
 def test_row_warps_share_x(m):
     """32-row programs whose two row halves share one copy of x (row_warps=2), plain and PDL launches:
-    correct, bitwise repeatable, and the same bits either way."""
+    correct, bitwise repeatable, and the bits of 16-row programs (the same sums in the same order), so
+    the dispatcher's change of tiling with M never changes a result."""
     twin, x, seed = random_case(4, m, exp_hi=GL.RING_EXP_MAX, aligned=True)
     cfg = GL.RingConfig(32, 8 if m <= 8 else 16, 4, 2, 10, row_warps=2)
     check_against_fp64(twin, x, seed, config=cfg)
-    if GL.pdl_enabled("cuda"):
-        a, b = (K.wo_a(x, twin, config=c) for c in (cfg, dataclasses.replace(cfg, pdl=True)))
-        assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+    want = K.wo_a(x, twin, config=GL.RingConfig(16, cfg.block_m, 4, 2, 8))
+    for c in (cfg, dataclasses.replace(cfg, pdl=True))[:1 + GL.pdl_enabled("cuda")]:
+        assert torch.equal(K.wo_a(x, twin, config=c).view(torch.int16), want.view(torch.int16)), (c, seed)
 
 
 @needs_gluon_gpu
 @pytest.mark.skipif(not GL.pdl_enabled("cuda") if GPU else True, reason="needs an sm_90+ GPU with PDL on")
-@pytest.mark.parametrize("m", [12])
+@pytest.mark.parametrize("m", [7, 12])
 def test_full_shape_wide_pdl_tiling(m):
-    """The production shape at 9..16 rows (G=4, 1024 x 4096): on a GPU with enough SMs and shared memory
-    the dispatcher takes PDL_WIDE (32-row programs); correct and bitwise repeatable."""
+    """The production shape at 6..16 rows (G=4, 1024 x 4096): on a GPU with enough SMs and shared memory
+    the dispatcher takes PDL_WIDE (32-row programs, row halves sharing x); correct and bitwise repeatable."""
     gen = torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
     codes = torch.randint(0, 126, (4, 1024, 4096), generator=gen, device="cuda", dtype=torch.int32)
     codes |= torch.randint(0, 2, codes.shape, generator=gen, device="cuda", dtype=torch.int32) << 7
@@ -437,7 +443,7 @@ def test_full_shape_wide_pdl_tiling(m):
     twin = K.Twin(codes.to(torch.uint8).view(torch.float8_e4m3fn), exps.to(torch.uint8))
     x = torch.randn((m, 4, 4096), generator=gen, device="cuda").to(torch.bfloat16)
     cfg = GL.ring_config_for(m, 4, 1024, 4096, "cuda")
-    if cfg != GL.PDL_WIDE:
+    if cfg != GL.PDL_WIDE[8 if m <= 8 else 16]:
         pytest.skip(f"this GPU takes {cfg}")
     outs = [K.wo_a(x, twin, out=torch.full((m, 4, 1024), float("nan"), dtype=torch.bfloat16, device="cuda"))
             for _ in range(2)]
