@@ -175,8 +175,21 @@ def isolated_inventory(tmp_path_factory):
     for item in (source / "group_vars" / "all").iterdir():
         if item.name != "incumbent.yml":
             (inventory / "group_vars" / "all" / item.name).symlink_to(item)
+    _ISOLATED[0] = inventory
     yield inventory
+    _ISOLATED[0] = None
     if old is None:
         os.environ.pop("SPARKFLEET_RUNS_DIR")
     else:
         os.environ["SPARKFLEET_RUNS_DIR"] = old
+
+
+_ISOLATED: list = [None]  # the running module's isolated inventory (one module runs at a time)
+
+
+def play(playbook: str, **kwargs) -> PlaybookRun:
+    """run_playbook on the isolated inventory of the running module, whose tests must use the
+    `isolated_inventory` fixture (a module-wide `pytest.mark.usefixtures`, or a fixture that takes it)."""
+    if _ISOLATED[0] is None:
+        raise RuntimeError(f"play({playbook!r}) needs the module to use the isolated_inventory fixture")
+    return run_playbook(playbook, inventory=_ISOLATED[0], **kwargs)

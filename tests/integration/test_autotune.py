@@ -9,9 +9,11 @@ import pytest
 import testinfra
 import yaml
 
-from tests.integration.conftest import ROOT, ensure_testbed, run_playbook, state_dir
+from tests.integration.conftest import ROOT, ensure_testbed, play, state_dir
 
-pytestmark = pytest.mark.testbed
+# This module's playbooks use their own run folders and the testbed inventory without incumbent.yml
+# (tests/integration/conftest.py: isolated_inventory, play).
+pytestmark = [pytest.mark.testbed, pytest.mark.usefixtures("isolated_inventory")]
 
 HOSTS = {"spark1": (0, "mia", "dsv41-head"), "spark2": (1, "zurih", "dsv41-worker"),
          "spark3": (2, "zurih", "dsv41-worker")}
@@ -45,20 +47,6 @@ def this_boot(name: str) -> list:
     starts = [i for i, line in enumerate(lines) if f"dsv41 boot: rank={rank}" in line]
     return lines[starts[-1]:] if starts else []
 
-
-@pytest.fixture(scope="module", autouse=True)
-def isolated(isolated_inventory):
-    """This module's playbooks use their own run folders and the testbed inventory without incumbent.yml
-    (tests/integration/conftest.py: isolated_inventory)."""
-    INVENTORY[0] = isolated_inventory
-    yield
-
-
-INVENTORY: list = [None]
-
-
-def play(playbook: str, **kwargs):
-    return run_playbook(playbook, inventory=INVENTORY[0], **kwargs)
 
 @pytest.fixture(scope="module")
 def seed():

@@ -11,9 +11,11 @@ import pytest
 import testinfra
 import yaml
 
-from tests.integration.conftest import ROOT, ensure_testbed, run_playbook, state_dir
+from tests.integration.conftest import ROOT, ensure_testbed, play, state_dir
 
-pytestmark = pytest.mark.testbed
+# This module's playbooks use their own run folders and the testbed inventory without incumbent.yml
+# (tests/integration/conftest.py: isolated_inventory, play).
+pytestmark = [pytest.mark.testbed, pytest.mark.usefixtures("isolated_inventory")]
 
 HOSTS = {"spark1": (0, "dsv41-head", "/home/mia/dsv41-3x-spark"),
          "spark2": (1, "dsv41-worker", "/home/zurih/dsv41-3x-spark"),
@@ -53,22 +55,8 @@ def results(run, task: str) -> dict:
     return {r["_host"]: r for r in run.results(task=task) if r["_event"] != "runner_on_skipped"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def isolated(isolated_inventory):
-    """This module's playbooks use their own run folders and the testbed inventory without incumbent.yml
-    (tests/integration/conftest.py: isolated_inventory)."""
-    INVENTORY[0] = isolated_inventory
-    yield
-
-
-INVENTORY: list = [None]
-
-
-def play(playbook: str, **kwargs):
-    return run_playbook(playbook, inventory=INVENTORY[0], **kwargs)
-
 @pytest.fixture(scope="module")
-def fleet_up():
+def fleet_up(isolated_inventory):
     if os.geteuid() != 0:
         pytest.skip("the testbed needs root")
     ensure_testbed(fresh=True)

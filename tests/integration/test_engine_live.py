@@ -13,7 +13,7 @@ import pytest
 import testinfra
 import yaml
 
-from tests.integration.conftest import ROOT, fleet, run_playbook, state_dir
+from tests.integration.conftest import ROOT, fleet, play, state_dir
 
 pytestmark = pytest.mark.testbed
 
@@ -34,10 +34,6 @@ def serving_env(**extra: str) -> dict:
     env = yaml.safe_load((ROOT / "inventory/testbed/group_vars/all/engine.yml").read_text())["engine_env"]
     env.update(extra)
     return env
-
-
-def play(playbook: str, **kwargs):
-    return run_playbook(playbook, inventory=STATE["inventory"], **kwargs)
 
 
 def rank_file(name: str) -> dict:
@@ -74,7 +70,6 @@ def moved_gid_fleet(isolated_inventory):
     """A seed testbed whose spark3 has the gid_moved knob, converged once with the preflight (not skipped)."""
     if os.geteuid() != 0:
         pytest.skip("the testbed needs root")
-    STATE["inventory"] = isolated_inventory
     fleet("down")
     fleet("up", "--knob", "spark3:gid_moved")
     run = play("engine.yml")

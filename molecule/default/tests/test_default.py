@@ -28,3 +28,11 @@ def test_docker_stand_in_has_the_engine_image(host):
 
 def test_systemctl_stand_in_manages_units(host):
     assert host.service("nvidia-clock-lock").is_enabled
+
+
+def test_kernel_driver_and_firmware_packages_are_held(host):
+    """site.yml holds them (roles/package_holds): apt upgrade leaves them where they are."""
+    held = set(host.check_output("apt-mark showhold").split())
+    installed = set(host.check_output("dpkg-query -W -f '${Package}\\n' 'linux-image-*nvidia*' "
+                                      "'nvidia-driver-*' linux-firmware").split())
+    assert installed and installed <= held, (installed, held)
