@@ -68,7 +68,7 @@ def main() -> int:
                 bm = 8 if m <= 8 else 16
                 if args.ring:  # (kw, pf) = (K blocks per stage, stages)
                     cfg = GL.RingConfig(block_r=br, block_m=bm, num_warps=nw, sb=kw, stages=pf)
-                    if not cfg.fits(m, R, 4096) or cfg.smem_bytes() + 1024 > GL._smem_per_block(torch.device("cuda")):
+                    if not cfg.fits(m, R, 4096) or cfg.smem_footprint() > GL._smem_per_block(torch.device("cuda")):
                         continue
                 else:
                     cfg = GL.GluonConfig(block_r=br, block_m=bm, num_warps=nw, blocks=pf, k_width=kw)

@@ -86,7 +86,7 @@ def main() -> int:
             block_m = 8 if m <= 8 else 16
             for nw, br, sb, st in itertools.product((4, 8), (16, 32), (2, 4), (2, 3, 4, 6, 8)):
                 c = GL.RingConfig(br, block_m, nw, sb, st)
-                if not c.fits(m, R, D) or c.smem_bytes() + 1024 > smem:
+                if not c.fits(m, R, D) or c.smem_footprint() > smem:
                     continue
                 entry = {"cfg": [br, block_m, nw, sb, st]}
                 try:

@@ -64,6 +64,7 @@ MAX_M = 16  # the dispatcher's range: the ring kernel for 1..16 rows; the regist
 MIN_CAPABILITY = (8, 9)  # cvt e4m3x2 -> f16x2 (sm_89+); mma.sync bf16 (sm_80+)
 PDL_CAPABILITY = (9, 0)  # griddepcontrol (programmatic dependent launch)
 PDL_ENV = "WO_A_PDL"  # "0" turns programmatic dependent launches off (default on where supported)
+SMEM_RESERVED = 1024  # shared memory the driver reserves per program (sm_80+)
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,10 @@ class RingConfig:
 
     def smem_bytes(self) -> int:
         return self.stages * self.sb * self.num_warps * (self.block_r * 32 + 32 * self.block_m * 2)
+
+    def smem_footprint(self) -> int:
+        """What a program of this tiling takes from its SM: its buffers and the driver's reservation."""
+        return self.smem_bytes() + SMEM_RESERVED
 
     def fits(self, m: int, rows: int, cols: int) -> bool:
         kpw = cols // self.num_warps if self.num_warps else 0
@@ -189,6 +194,7 @@ PDL_CANDIDATES = {8: (10, 12, 8, 6, 5, 4, 3, 2), 16: (8, 6, 5, 4, 3, 2)}  # stag
 PDL_WIDE = {8: RingConfig(32, 8, 4, 2, 10, pdl=True, row_warps=2),
             16: RingConfig(32, 16, 4, 2, 8, pdl=True, row_warps=2)}
 
+
 def default_ring_config(m: int, groups: int, rows: int, cols: int, sms: int, smem_limit: int, pdl: bool = False,
                         smem_per_sm: int = 0) -> RingConfig | None:
     """The measured ring tiling for m tokens that fits this shape and the device's shared memory per
@@ -202,17 +208,17 @@ def default_ring_config(m: int, groups: int, rows: int, cols: int, sms: int, sme
     wide = rows % 32 == 0 and 8 * (groups * rows // 32) >= 7 * sms and (m >= 6 or block_m == 16)
     if pdl:
         big = PDL_WIDE[block_m]
-        if wide and big.fits(m, rows, cols) and big.smem_bytes() + 1024 <= smem_limit:
+        if wide and big.fits(m, rows, cols) and big.smem_footprint() <= smem_limit:
             return big
         fitting = [c for c in (RingConfig(16, block_m, 4, 2, st, pdl=True) for st in PDL_CANDIDATES[block_m])
-                   if c.fits(m, rows, cols) and c.smem_bytes() + 1024 <= smem_limit]
-        two = [c for c in fitting if smem_per_sm // (c.smem_bytes() + 1024) == 2]
+                   if c.fits(m, rows, cols) and c.smem_footprint() <= smem_limit]
+        two = [c for c in fitting if smem_per_sm // c.smem_footprint() == 2]
         if two or fitting:
             return (two or fitting)[0]
     for block_r in ((32, 16) if wide else (16,)):
         for sb, stages in RING_CANDIDATES[block_r]:
             cfg = RingConfig(block_r, block_m, 4, sb, stages)
-            if cfg.fits(m, rows, cols) and cfg.smem_bytes() + 1024 <= smem_limit:
+            if cfg.fits(m, rows, cols) and cfg.smem_footprint() <= smem_limit:
                 return cfg
     return None
 

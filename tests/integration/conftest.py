@@ -156,6 +156,9 @@ def host():
     return get
 
 
+_ISOLATED: list = [None]  # the running module's isolated inventory (one module runs at a time)
+
+
 @pytest.fixture(scope="module")
 def isolated_inventory(tmp_path_factory):
     """The testbed inventory without group_vars/all/incumbent.yml, and a run folder of this testbed's own.
@@ -182,9 +185,6 @@ def isolated_inventory(tmp_path_factory):
         os.environ.pop("SPARKFLEET_RUNS_DIR")
     else:
         os.environ["SPARKFLEET_RUNS_DIR"] = old
-
-
-_ISOLATED: list = [None]  # the running module's isolated inventory (one module runs at a time)
 
 
 def play(playbook: str, **kwargs) -> PlaybookRun:
