@@ -15,6 +15,7 @@ Every tiling of TILINGS is timed with a plain launch and with PDL, as in benchma
 (plain and PDL) and the bf16 einsum. Each run is checked against float64 (NaN-poisoned output), and a
 PDL launch must give its tiling's plain launch bit for bit, eager and replayed (a chain where each
 layer reads the previous kernel's output is tests/kernels/test_wo_a_gluon.py's).
+``--tilings R,NW,SB,S,RH ...`` times those tilings instead of TILINGS; ``--modes pdl`` only PDL launches.
 """
 from __future__ import annotations
 
@@ -49,7 +50,15 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--ms", type=int, nargs="+", default=[1, 2, 4, 6, 8, 12, 16])
     ap.add_argument("--groups", type=int, nargs="+", default=[4, 2])
+    ap.add_argument("--tilings", nargs="+", metavar="R,NW,SB,S,RH",
+                    help="instead of TILINGS: these (block_r, warps along K, sb, stages, row_warps), both token tiles")
+    ap.add_argument("--modes", default="plain,pdl", help="launch kinds to time: plain, pdl or both")
     args = ap.parse_args()
+    tilings = TILINGS
+    if args.tilings:
+        mine = tuple(tuple(int(v) for v in t.split(",")) for t in args.tilings)
+        tilings = {8: mine, 16: mine}
+    modes = tuple(m == "pdl" for m in args.modes.split(","))
     t0 = time.time()
     gen = torch.Generator(device="cuda").manual_seed(7)
     res = {"device": torch.cuda.get_device_name(), "copy_GBps": copy_bandwidth() / 1e9, "read": {}, "rows": []}
@@ -69,14 +78,17 @@ def main() -> int:
             row = {"G": g, "M": m, "default": str(GL.ring_config_for(m, g, R, D, "cuda")), "runs": []}
             row["einsum_us"] = graph_time_us([lambda x=x, w=w: torch.einsum("tgd,grd->tgr", x, w)
                                               for x, w in zip(xs, wbf)], 50, 7)
-            for (br, nw, sb, st, rh), pdl in itertools.product(TILINGS[bm], (False, True)):
+            for tiling, pdl in itertools.product(tilings[bm], modes):
+                br, nw, sb, st, rh = tiling
                 c = GL.RingConfig(br, bm, nw, sb, st, pdl, rh)
+                if not c.fits(m, R, D):
+                    continue
                 run = {"cfg": [br, bm, nw, sb, st, rh], "smem": c.smem_bytes(), "pdl": pdl}
                 y = torch.full((m, g, R), float("nan"), dtype=torch.bfloat16, device="cuda")
                 GL.launch(xs[0], twins[0], y, c)
                 torch.cuda.synchronize()
                 run["rel_err"] = ((y.double() - ref).norm() / ref.norm()).item()
-                if not pdl:
+                if not pdl or len(modes) == 1:
                     plain = y.clone()  # a tiling's PDL launch must give its plain launch's bits
                 same = bool(torch.equal(y.view(torch.int16), plain.view(torch.int16)))
                 fns = [lambda x=x, t=t, y=y, c=c: GL.launch(x, t, y, c) for x, t, y in zip(xs, twins, ys)]
