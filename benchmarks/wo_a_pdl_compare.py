@@ -52,13 +52,16 @@ def main() -> int:
     ap.add_argument("--groups", type=int, nargs="+", default=[4, 2])
     ap.add_argument("--tilings", nargs="+", metavar="R,NW,SB,S,RH",
                     help="instead of TILINGS: these (block_r, warps along K, sb, stages, row_warps), both token tiles")
-    ap.add_argument("--modes", default="plain,pdl", help="launch kinds to time: plain, pdl or both")
+    ap.add_argument("--modes", default="plain,pdl", type=lambda v: v.split(","),
+                    help="launch kinds to time, comma-separated: plain, pdl or both")
     args = ap.parse_args()
     tilings = TILINGS
     if args.tilings:
         mine = tuple(tuple(int(v) for v in t.split(",")) for t in args.tilings)
         tilings = {8: mine, 16: mine}
-    modes = tuple(m == "pdl" for m in args.modes.split(","))
+    if not args.modes or set(args.modes) - {"plain", "pdl"}:
+        ap.error(f"--modes takes plain, pdl or both, got {','.join(args.modes)}")
+    modes = tuple(m == "pdl" for m in args.modes)
     t0 = time.time()
     gen = torch.Generator(device="cuda").manual_seed(7)
     res = {"device": torch.cuda.get_device_name(), "copy_GBps": copy_bandwidth() / 1e9, "read": {}, "rows": []}
@@ -88,13 +91,13 @@ def main() -> int:
                 GL.launch(xs[0], twins[0], y, c)
                 torch.cuda.synchronize()
                 run["rel_err"] = ((y.double() - ref).norm() / ref.norm()).item()
-                if not pdl or len(modes) == 1:
-                    plain = y.clone()  # a tiling's PDL launch must give its plain launch's bits
-                same = bool(torch.equal(y.view(torch.int16), plain.view(torch.int16)))
+                if pdl == modes[0]:
+                    first = y.clone()  # a tiling's PDL launch must give its plain launch's bits
+                same = bool(torch.equal(y.view(torch.int16), first.view(torch.int16)))
                 fns = [lambda x=x, t=t, y=y, c=c: GL.launch(x, t, y, c) for x, t, y in zip(xs, twins, ys)]
                 try:
                     run["us"] = graph_time_us(fns, 50, 7)
-                    same &= bool(torch.equal(ys[0].view(torch.int16), plain.view(torch.int16)))
+                    same &= bool(torch.equal(ys[0].view(torch.int16), first.view(torch.int16)))
                 except Exception as exc:  # a variant that fails to capture is recorded, not fatal
                     run["error"] = repr(exc)[:300]
                 run["ok"] = same and run["rel_err"] < 1e-2

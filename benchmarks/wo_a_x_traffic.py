@@ -26,15 +26,6 @@ from kernels import wo_a_gluon as GL  # noqa: E402
 from wo_a_bench import D, R, graph_time_us, random_twin, random_x  # noqa: E402
 
 
-def launch_masked(x: torch.Tensor, twin, y: torch.Tensor, cfg: GL.RingConfig, m_eff: int) -> None:
-    """GL.launch's ring call with M = m_eff: tokens m_eff.. are zero-filled, not read (nor stored)."""
-    _, g, d = x.shape
-    GL._wo_a_ring_kernel[(g * (R // cfg.block_r),)](
-        x, twin.tiles(), twin.exponents.view(torch.int32), y, m_eff, R, x.stride(0), x.stride(1), y.stride(0),
-        y.stride(1), D=d, NW=cfg.num_warps, BLOCK_M=cfg.block_m, BLOCK_R=cfg.block_r, S=cfg.stages, SB=cfg.sb,
-        PDL=cfg.pdl, RH=cfg.row_warps, num_warps=cfg.num_warps * cfg.row_warps, launch_pdl=cfg.pdl)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -51,7 +42,7 @@ def main() -> int:
         ys = [torch.empty((bm, g, R), dtype=torch.bfloat16, device="cuda") for _ in twins]
         for cfg in cfgs:
             for m_eff in sorted({0, 1, bm // 2, bm}):
-                fns = [lambda x=x, t=t, y=y, c=cfg, m=m_eff: launch_masked(x, t, y, c, m)
+                fns = [lambda x=x, t=t, y=y, c=cfg, m=m_eff: GL._launch_ring(x, t, y, c, m)
                        for x, t, y in zip(xs, twins, ys)]
                 us = graph_time_us(fns, 50, 7)
                 x_mb = g * (R // cfg.block_r) * m_eff * D * 2 / 1e6  # x bytes read from L2 per call
