@@ -37,7 +37,7 @@ from kernels import wo_a_gluon as GL  # noqa: E402
 from kernels import wo_a_w8 as K  # noqa: E402
 
 R, D = 1024, 4096
-DEFAULT_MS = (1, 2, 4, 6, 8, 12, 16, 32, 64, 128, 192)
+DEFAULT_MS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 512, 1024)  # issue 26
 GB10_BANDWIDTH = 273e9
 GB10_SMS = 48
 GB10_CLOCK_GHZ = 2.2  # the fleet's clock cap (nvidia-smi -lgc 0,2200)
@@ -303,9 +303,14 @@ def measure(groups, ms, sets, replays, repeats, gen, twins, w_bf16, xs_all, conf
         if cfg is None and path == "gluon":
             cfg_ring = GL.ring_config_for(m, groups, R, D, "cuda") if GL.ring_ok(xs[0], twins[0]) else None
             used = cfg_ring or GL.config_for(m, groups, R, D, "cuda")
+        elif cfg is None and path == "wide":
+            used = K.wide_config(m, groups, R, D)
+        elif cfg is None and path == "einsum":  # prefill without the bf16 weight: bounded scratch + cuBLAS
+            used = None
         else:
             used = cfg or K.default_config(m, groups, R, D)
-        row = {"G": groups, "M": m, "path": path, "config": {"kind": type(used).__name__, **asdict(used)},
+        row = {"G": groups, "M": m, "path": path,
+               "config": {"kind": type(used).__name__, **asdict(used)} if used is not None else {"kind": "prefill"},
                "kernel_us": t_k, "einsum_us": t_e, "graph_matches_eager": graph_ok}
         if isinstance(used, GL.RingConfig) and used.pdl:  # the same calls without PDL: round 6's tiling
             plain = GL.ring_config_for(m, groups, R, D, "cuda", pdl=False)
@@ -317,6 +322,17 @@ def measure(groups, ms, sets, replays, repeats, gen, twins, w_bf16, xs_all, conf
                 row["graph_matches_eager"] &= bool(torch.equal(plain_eager, eager[0].view(torch.int16)))
         rows.append(row)
     return rows
+
+
+def apply_wide_table(table: dict) -> None:
+    """Install a wide-path table ({"wide": {G: [[top, RingConfig fields]...]}, "wide_max_m": {G: M},
+    "einsum_faster": [[lo, hi, G]...]}) in the dispatcher for this run."""
+    K.WIDE_TABLE.clear()
+    K.WIDE_TABLE.update({int(g): tuple((int(top), GL.RingConfig(**c)) for top, c in rows)
+                         for g, rows in table["wide"].items()})
+    K.WIDE_MAX_M.clear()
+    K.WIDE_MAX_M.update({int(g): int(m) for g, m in table["wide_max_m"].items()})
+    K.EINSUM_FASTER["H200"] = tuple((int(lo), int(hi), int(g)) for lo, hi, g in table["einsum_faster"])
 
 
 def profile_one(args) -> int:
@@ -350,10 +366,14 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=min(14, os.cpu_count() or 1))
     ap.add_argument("--deadline", type=float, default=420.0, help="seconds after start when the sweep stops")
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--wide-table", default=None,
+                    help="JSON from benchmarks/wo_a_wide_sweep.py --table-out: run the dispatcher with that table")
     ap.add_argument("--profile-from", default=None,
                     help="results JSON of a sweep: only run its chosen config for --groups[0], --ms[0] "
                          "30 times (a target for ncu) and exit")
     args = ap.parse_args()
+    if args.wide_table:  # a table chosen by benchmarks/wo_a_wide_sweep.py, measured as the dispatcher's
+        apply_wide_table(json.loads(Path(args.wide_table).read_text()))
     if args.profile_from:
         return profile_one(args)
     if args.sets < 8:
@@ -501,7 +521,9 @@ def markdown(result: dict) -> str:
     for r in result["rows"]:
         c = r["config"]
         det = r["deterministic_eager_x21"] and r["graph_matches_eager"] and r["written"]
-        if c.get("kind") == "RingConfig":
+        if c.get("kind") == "prefill":
+            cfg_text = "per group: bf16 scratch [R, D] + cuBLAS"
+        elif c.get("kind") == "RingConfig":
             cfg_text = (f"ring {c['block_r']},{c['block_m']},{c['num_warps']},{c['sb']},{c['stages']}"
                         f"{',pdl' if c.get('pdl') else ''}{',rows x2' if c.get('row_warps', 1) == 2 else ''}")
         elif r["path"] == "gluon":

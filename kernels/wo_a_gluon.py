@@ -61,6 +61,8 @@ except ImportError:  # pragma: no cover - Triton without Gluon (< 3.5): the Trit
 
 MAX_M = 16  # the dispatcher's range: the ring kernel for 1..16 rows; the register kernel serves 1..8
 #             (and 9..16 with GluonConfig(block_m=16)) where the ring cannot run (docs/kernels.md)
+RING_TOKEN_TILES = (8, 16, 32, 64)  # 8 and 16 for 1..16 rows; 32 and 64 for the mid rows (issue 26: the
+#                                   dispatcher runs M > 16 rows as ceil(M / tile) launches of one tile each)
 MIN_CAPABILITY = (8, 9)  # cvt e4m3x2 -> f16x2 (sm_89+); mma.sync bf16 (sm_80+)
 PDL_CAPABILITY = (9, 0)  # griddepcontrol (programmatic dependent launch)
 PDL_ENV = "WO_A_PDL"  # "0" turns programmatic dependent launches off (default on where supported)
@@ -106,7 +108,7 @@ class RingConfig:
 
     def fits(self, m: int, rows: int, cols: int) -> bool:
         kpw = cols // self.num_warps if self.num_warps else 0
-        return (1 <= m <= self.block_m and self.block_m in (8, 16) and self.block_r in (16, 32)
+        return (1 <= m <= self.block_m and self.block_m in RING_TOKEN_TILES and self.block_r in (16, 32)
                 and self.num_warps in (1, 2, 4, 8) and self.sb in (1, 2, 4, 8) and self.stages >= 2
                 and self.row_warps in (1, 2) and (self.block_r // 16) % self.row_warps == 0
                 and rows % self.block_r == 0 and cols % self.num_warps == 0 and kpw % 128 == 0
@@ -302,7 +304,8 @@ if gluon is not None:
         """Sum the NW warp accumulators [NW, BLOCK_R, BLOCK_M] in a fixed order and store the real
         tokens' rows as bf16."""
         y = gl.sum(acc, axis=0)
-        out_l: gl.constexpr = gl.BlockedLayout([1, 1], [32 // BLOCK_M, BLOCK_M], [NW, 1], [1, 0])
+        TM: gl.constexpr = BLOCK_M if BLOCK_M < 32 else 32  # threads along the tokens (wider tiles: issue 26)
+        out_l: gl.constexpr = gl.BlockedLayout([1, 1], [32 // TM, TM], [NW, 1], [1, 0])
         y = gl.convert_layout(y, out_l)
         ro = gl.expand_dims(gl.arange(0, BLOCK_R, layout=gl.SliceLayout(1, out_l)), 1)
         mo = gl.expand_dims(gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, out_l)), 0)

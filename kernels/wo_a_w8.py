@@ -16,9 +16,13 @@ where x's strides or block scales above 2**7 do not allow it, 1..8 rows load the
 the operand registers and 9..16 run ``mid``), ``small`` for 1..8 rows elsewhere and
 under the CPU interpreter (split-K with a deterministic two-level reduction; one row uses a CUDA-core
 variant, more rows the tensor cores with the block scales applied to fp32 partial sums), ``mid`` for
-9..192 rows (per-M tile configurations), ``einsum`` otherwise (prefill, or no GPU). On GPUs where the
-bf16 einsum measured faster (:data:`EINSUM_FASTER`: the H200, 17..192 rows) a caller that passes the
-bf16 weight gets the einsum for those rows. Every path accumulates in fp32 in a fixed order: results
+9..192 rows (per-M tile configurations), ``einsum`` otherwise (prefill, or no GPU). Issue 26: on
+sm_89+ GPUs 17..:data:`WIDE_MAX_M` rows run ``wide`` (the same ring kernel with 32/64-token tiles, one
+launch per tile, :data:`WIDE_TABLE`; off until measured: :data:`WIDE_MAX_M` is empty), and the einsum path without the bf16 weight (DROP) dequantises
+one group at a time into a bounded scratch and multiplies with cuBLAS (:func:`dequantize_group`); a
+kernel that cannot compile or launch on a GPU is logged once and the next path serves. On GPUs where
+the bf16 einsum measured faster (:data:`EINSUM_FASTER`) a caller that passes the bf16 weight gets the
+einsum for those rows. Every path accumulates in fp32 in a fixed order: results
 are bitwise reproducible run to run. Measurements: docs/kernels.md.
 
 This package imports nothing from the project: it ships as a plain package in the engine image.
@@ -52,10 +56,13 @@ __all__ = [
     "build_twin",
     "dequantize",
     "default_config",
+    "dequantize_group",
     "einsum_is_faster",
     "select_path",
     "twin_from_checkpoint",
     "twin_weights",
+    "WIDE_MAX_M",
+    "wide_config",
     "wo_a",
 ]
 
@@ -557,8 +564,9 @@ def _sm_count(device: torch.device) -> int:
 
 
 def select_path(m: int, groups: int, device: torch.device | str = "cuda") -> str:
-    """``"gluon"`` (1..16 rows on an sm_89+ GPU), ``"small"`` (1..8 rows), ``"mid"`` (9..192 rows) or
-    ``"einsum"`` (prefill, or no GPU).
+    """``"gluon"`` (1..16 rows on an sm_89+ GPU), ``"wide"`` (17..WIDE_MAX_M rows there: the ring kernel
+    with 32/64-token tiles), ``"small"`` (1..8 rows), ``"mid"`` (9..192 rows) or ``"einsum"`` (prefill,
+    or no GPU; without the bf16 weight it dequantises one group at a time into a bounded scratch).
 
     Any group count is accepted: TP3 runs G=4 (the stock guard only took G=2)."""
     device = torch.device(device)
@@ -566,8 +574,12 @@ def select_path(m: int, groups: int, device: torch.device | str = "cuda") -> str
         raise ValueError(f"wo_a needs at least one row and one group, got M={m}, G={groups}")
     if device.type != "cuda" and not _interpreting():
         return "einsum"
-    if m <= _gluon.MAX_M and _gluon.available(device):
+    if m <= _gluon.MAX_M and _gluon.available(device) and not _failed("gluon", device):
         return "gluon"
+    if m <= _wide_max_m(groups, device) and _gluon.available(device) and not _failed("wide", device):
+        return "wide"
+    if _failed("mid", device):
+        return "einsum"
     if m <= SMALL_MAX_M:
         return "small"
     if m <= MID_MAX_M:
@@ -600,6 +612,56 @@ def einsum_is_faster(m: int, device: torch.device | str = "cuda", groups: int | 
     name = _device_name(device)
     return any(key in name and lo <= m <= hi and (g is None or g == groups)
                for key, ranges in EINSUM_FASTER.items() for lo, hi, g in ranges)
+
+
+# Issue 26 (docs/kernels.md, "Issue 26"): the ring kernel of 1..16 rows, unchanged, with 32- and 64-token
+# tiles serves 17..WIDE_MAX_M rows as ceil(M / tile) launches (each reads the weights; from the second
+# launch on they are mostly in L2). Per group count (other G: the G=4 table), per bucket of M: (largest M,
+# ring tiling). Measured on the H200 (benchmarks/wo_a_wide_sweep.py).
+WIDE_TABLE: dict[int, tuple[tuple[int, RingConfig], ...]] = {
+    4: ((32, RingConfig(32, 32, 4, 2, 4, pdl=True, row_warps=2)),
+        (64, RingConfig(32, 64, 4, 2, 3, pdl=True, row_warps=2))),
+}
+WIDE_MAX_M: dict[int, int] = {}
+"""Largest M (per group count; other G: the G=4 entry) that the dispatcher runs on the wide path.
+Empty: the wide path is not yet measured on the H200 (no device machine could be had in issue 26's
+session), so the dispatcher keeps the measured paths (mid, einsum) and ``path="wide"`` runs it. Fill it
+from ``benchmarks/wo_a_wide_sweep.py --table-out`` (its ``wide_max_m``)."""
+
+
+def _wide_max_m(groups: int, device: torch.device) -> int:
+    return WIDE_MAX_M.get(groups, WIDE_MAX_M.get(4, 0))
+
+
+def wide_config(m: int, groups: int, rows: int, cols: int, device: torch.device | str = "cuda") -> RingConfig:
+    """The ring tiling of the wide path for M rows (the token tile is the tile of one launch)."""
+    device = torch.device(device)
+    table = WIDE_TABLE.get(groups, WIDE_TABLE[4])
+    base = next((c for top, c in table if m <= top), table[-1][1])
+    if base.pdl and not _gluon.pdl_enabled(device):
+        base = replace(base, pdl=False)
+    cfg = base
+    if not cfg.fits(min(m, cfg.block_m), rows, cols) or cfg.smem_footprint() > _gluon._smem_per_block(device):
+        raise ValueError(f"no wide ring tiling for M={m}, R={rows}, D={cols} on this device")
+    return cfg
+
+
+# Kernels that failed to compile or launch on a device: (path, device name) -> reason. Logged once; the
+# dispatcher then uses the next path (gluon/wide -> mid/small -> einsum), so a GPU that cannot run a
+# kernel (the fleet's GB10, sm_121, cannot be measured here) still gets correct results.
+_FAILED: dict[tuple[str, str], str] = {}
+
+
+def _failed(path: str, device: torch.device) -> bool:
+    return bool(_FAILED) and (path, _device_name(device)) in _FAILED
+
+
+def _mark_failed(path: str, device: torch.device, exc: BaseException) -> None:
+    key = (path, _device_name(device))
+    if key not in _FAILED:
+        _FAILED[key] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        LOG.warning("[wo_a_w8] the %s kernel cannot run on %s (%s); using the next path from now on",
+                    path, key[1], _FAILED[key])
 
 
 def _fit(cfg: KernelConfig, rows: int, cols: int) -> KernelConfig:
@@ -661,8 +723,8 @@ def _check_x(x: torch.Tensor, twin: Twin) -> None:
 
 def _einsum(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None) -> torch.Tensor:
     if weight is None:
-        weight = dequantize(twin)
-    elif weight.dtype != torch.bfloat16 or tuple(weight.shape) != tuple(twin.values.shape):
+        return _prefill(x, twin)
+    if weight.dtype != torch.bfloat16 or tuple(weight.shape) != tuple(twin.values.shape):
         raise ValueError(f"weight must be bf16 {tuple(twin.values.shape)}, got {weight.dtype} {tuple(weight.shape)}")
     return torch.einsum("tgd,grd->tgr", x, weight).contiguous()
 
@@ -673,6 +735,57 @@ def _check_out(out: torch.Tensor, x: torch.Tensor, twin: Twin) -> None:
         raise ValueError(f"out must be a bf16 tensor of shape {want}")
     if out.stride(2) != 1 or out.device != x.device:
         raise ValueError("out must be contiguous in its last dimension and on x's device")
+
+
+@triton.jit
+def _dequant_kernel(w_ptr, e_ptr, out_ptr, D, BLOCK_K: tl.constexpr):
+    """One group's twin -> bf16 [R, D]: program (32-row block, BLOCK_K columns), exact."""
+    rb = tl.program_id(0)
+    kt = tl.program_id(1)
+    NKB: tl.constexpr = BLOCK_K // 32
+    offs = (rb * 32 + tl.arange(0, 32))[:, None, None].to(tl.int64) * D + kt * BLOCK_K \
+        + tl.arange(0, NKB)[None, :, None] * 32 + tl.arange(0, 32)[None, None, :]
+    ex = tl.load(e_ptr + rb * (D // 32) + kt * NKB + tl.arange(0, NKB)).to(tl.int32)
+    scale = (ex << 23).to(tl.float32, bitcast=True)
+    w = tl.load(w_ptr + offs).to(tl.float32) * scale[None, :, None]
+    tl.store(out_ptr + offs, w.to(tl.bfloat16))
+
+
+def dequantize_group(twin: Twin, g: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The bf16 weight of group g ``[R, D]`` (exact), written into ``out`` (a contiguous scratch) if
+    given: the prefill path's bounded scratch, one group at a time."""
+    r, d = twin.rows, twin.cols
+    if out is None:
+        out = torch.empty((r, d), dtype=torch.bfloat16, device=twin.device)
+    if twin.device.type != "cuda" and not _interpreting():
+        out.copy_(dequantize(Twin(twin.values[g:g + 1].contiguous(), twin.exponents[g:g + 1].contiguous()))[0])
+        return out
+    bk = 128 if d % 128 == 0 else 32
+    _dequant_kernel[(r // BLOCK, d // bk)](twin.values[g], twin.exponents[g], out, d, BLOCK_K=bk, num_warps=4)
+    return out
+
+
+def _prefill(x: torch.Tensor, twin: Twin, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Prefill without the bf16 weight: per group, dequantise into one [R, D] scratch (freed after the
+    call: never a full-size bf16 copy kept alive) and multiply with cuBLAS straight into y[:, g, :]."""
+    m, g, _ = x.shape
+    y = out if out is not None else torch.empty((m, g, twin.rows), dtype=torch.bfloat16, device=x.device)
+    scratch = torch.empty((twin.rows, twin.cols), dtype=torch.bfloat16, device=x.device)
+    for gi in range(g):
+        dequantize_group(twin, gi, scratch)
+        if x.device.type == "cuda":
+            torch.mm(x[:, gi, :], scratch.t(), out=y[:, gi, :])
+        else:  # the CPU has no bf16 GEMM worth the name: float64 products, one bf16 rounding
+            y[:, gi, :] = (x[:, gi, :].double() @ scratch.double().t()).to(torch.bfloat16)
+    return y
+
+
+def _launch_wide(x: torch.Tensor, twin: Twin, out: torch.Tensor, cfg: RingConfig) -> torch.Tensor:
+    """M rows as ceil(M / tile) ring launches of cfg.block_m tokens each (views of x and out)."""
+    m = x.shape[0]
+    for m0 in range(0, m, cfg.block_m):
+        _gluon._launch_ring(x[m0:m0 + cfg.block_m], twin, out[m0:m0 + cfg.block_m], cfg, min(cfg.block_m, m - m0))
+    return out
 
 
 def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out: torch.Tensor | None = None,
@@ -691,9 +804,15 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
         _check_out(out, x, twin)
     m, g, d = x.shape
     chosen = path or select_path(m, g, x.device)
-    if chosen not in ("gluon", "small", "mid", "einsum"):
+    if chosen not in ("gluon", "wide", "small", "mid", "einsum"):
         raise ValueError(f"unknown path {chosen!r}")
-    if isinstance(config, (GluonConfig, RingConfig)):
+    if isinstance(config, RingConfig) and (config.block_m > _gluon.MAX_M or chosen == "wide"):
+        if path not in (None, "wide"):
+            raise ValueError(f"a RingConfig of {config.block_m} tokens runs on the wide path, not {chosen!r}")
+        chosen = "wide"
+    elif chosen == "wide" and config is not None:
+        raise ValueError("the wide path takes a RingConfig")
+    elif isinstance(config, (GluonConfig, RingConfig)):
         if chosen not in ("gluon",) and path is not None:
             raise ValueError(f"a GluonConfig runs on the gluon path, not {chosen!r}")
         chosen = "gluon"
@@ -714,7 +833,21 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
             if path is not None:
                 raise
             chosen = "small" if m <= SMALL_MAX_M else "mid"  # a shape the gluon tiles do not divide
-    if path is None and chosen != "gluon" and d % _K_WORD:
+    if chosen == "wide":
+        if not _gluon.available(x.device):
+            raise ValueError("the wide path needs a CUDA GPU of compute capability 8.9 or newer and Triton with Gluon")
+        try:
+            if not _gluon.ring_ok(x, twin):
+                raise ValueError("the wide path needs x 16-byte aligned with token and group strides that are "
+                                 f"multiples of 16 elements, and block exponents up to {_gluon.RING_EXP_MAX}")
+            wide_cfg = config or wide_config(m, g, twin.rows, d, x.device)
+            if not wide_cfg.fits(min(m, wide_cfg.block_m), twin.rows, d):
+                raise ValueError(f"{wide_cfg} does not tile R={twin.rows}, D={d}")
+        except ValueError:
+            if path is not None or config is not None:
+                raise
+            chosen = "mid" if m <= MID_MAX_M else "einsum"
+    if path is None and chosen not in ("gluon", "wide") and d % _K_WORD:
         chosen = "einsum"  # the kernels tile K by 128 (exponents read as int32 words)
     if path is None and weight is not None and chosen != "einsum" and config is None \
             and einsum_is_faster(m, x.device, g):
@@ -724,18 +857,31 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
         y = torch.einsum("tgd,grd->tgr", x, weight)
         return y if out is None else out.copy_(y)
     if chosen == "einsum":
+        if weight is None:
+            return _prefill(x, twin, out)
         y = _einsum(x, twin, weight)
         return y if out is None else out.copy_(y)
     if out is None:
         out = torch.empty((m, g, twin.rows), dtype=torch.bfloat16, device=x.device)
-    if chosen == "gluon":
-        return _gluon.launch(x, twin, out, gluon_cfg)
-    if x.device.type != "cuda" and not _interpreting():
-        raise ValueError("the Triton paths need a CUDA device (or TRITON_INTERPRET=1)")
-    cfg = config or default_config(m, g, twin.rows, d, x.device)
-    if not cfg.fits(twin.rows, d):
-        raise ValueError(f"{cfg} does not tile R={twin.rows}, D={d}")
-    return _launch(x, twin, cfg, out)
+    if chosen in ("small", "mid"):
+        if x.device.type != "cuda" and not _interpreting():
+            raise ValueError("the Triton paths need a CUDA device (or TRITON_INTERPRET=1)")
+        cfg = config or default_config(m, g, twin.rows, d, x.device)
+        if not cfg.fits(twin.rows, d):
+            raise ValueError(f"{cfg} does not tile R={twin.rows}, D={d}")
+    try:
+        if chosen == "gluon":
+            return _gluon.launch(x, twin, out, gluon_cfg)
+        if chosen == "wide":
+            return _launch_wide(x, twin, out, wide_cfg)
+        return _launch(x, twin, cfg, out)
+    except ValueError:
+        raise
+    except Exception as exc:  # a kernel that does not compile or launch here: log once, next path
+        if path is not None or config is not None:
+            raise
+        _mark_failed("mid" if chosen == "small" else chosen, x.device, exc)
+        return wo_a(x, twin, weight, out=out)
 
 
 def _launch(x: torch.Tensor, twin: Twin, cfg: KernelConfig, y: torch.Tensor) -> torch.Tensor:

@@ -256,7 +256,11 @@ def test_default_config_rules():
 def test_dispatcher_chooses_gluon_up_to_16_rows(monkeypatch):
     monkeypatch.setattr(GL, "available", lambda device: True)
     assert [K.select_path(m, 4, "cuda") for m in (1, 8, 9, 16, 17, 192, 193)] == \
-        ["gluon", "gluon", "gluon", "gluon", "mid", "mid", "einsum"]
+        ["gluon", "gluon", "gluon", "gluon", "mid", "mid", "einsum"]  # WIDE_MAX_M empty: not yet measured
+    monkeypatch.setattr(K, "WIDE_MAX_M", {4: 64, 2: 32})  # issue 26: the wide path up to its measured M
+    assert [K.select_path(m, 4, "cuda") for m in (16, 17, 64, 65, 193)] == ["gluon", "wide", "wide", "mid", "einsum"]
+    assert [K.select_path(m, 2, "cuda") for m in (32, 33)] == ["wide", "mid"]
+    assert K.select_path(40, 3, "cuda") == "wide"  # other G: the G=4 entry
 
 
 def test_gluon_refused_where_it_cannot_run():
@@ -457,3 +461,57 @@ def test_pdl_can_be_turned_off(monkeypatch):
     monkeypatch.setenv(GL.PDL_ENV, "0")
     cfg = GL.ring_config_for(4, 4, 1024, 4096, "cuda")
     assert cfg is not None and not cfg.pdl
+
+
+# ------------------------------------------------------------------------------------------ issue 26: wide
+
+
+@needs_gluon
+@pytest.mark.parametrize("cfg", [GL.RingConfig(16, 32, 4, 2, 6, pdl=True), GL.RingConfig(32, 64, 4, 2, 4, pdl=True,
+                                                                                         row_warps=2)],
+                         ids=["r16-m32", "r32-m64-rows2"])
+def test_wide_ring_machine_code(cfg):
+    """The ring with 32/64-token tiles (the wide path, 17+ rows) compiles for sm_90 with one m16n8k16 per
+    16 rows, 8 tokens and 16 K per warp, every copy through the ring, and no spills."""
+    sass = ring_sass_of(cfg)
+    ops = Counter(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass, re.M))
+    blocks = 4096 // cfg.num_warps // 32
+    assert ops["HMMA.16816.F32.BF16"] == blocks * (cfg.block_r // 16 // cfg.row_warps) * (cfg.block_m // 8) * 2, ops
+    assert not any(op.startswith(("LDG.E", "LDGSTS.E.64")) for op in ops), "a weight or x load bypasses the ring"
+    assert not any(op.startswith(("LDL", "STL")) for op in ops), "registers spilled to local memory"
+
+
+def test_wide_ring_config_rules():
+    """32/64-token ring tiles exist only for the wide path's launches; the 1..16-row tilings are as before."""
+    assert GL.RingConfig(32, 64, 4, 2, 3, row_warps=2).fits(64, 1024, 4096)
+    assert GL.RingConfig(16, 32, 4, 2, 4).fits(17, 1024, 4096)
+    assert not GL.RingConfig(16, 32, 4, 2, 4).fits(33, 1024, 4096)
+    assert not GL.RingConfig(16, 128, 4, 2, 4).fits(100, 1024, 4096)
+    for m in (1, 8, 9, 16):
+        assert GL.default_ring_config(m, 4, 1024, 4096, 132, 232448, pdl=True, smem_per_sm=233472).block_m in (8, 16)
+    assert GL.default_ring_config(17, 4, 1024, 4096, 132, 232448) is None
+
+
+@needs_gluon_gpu
+@pytest.mark.parametrize("path", ["wide", "einsum"])
+@pytest.mark.parametrize("groups", [2, 4])
+@pytest.mark.parametrize("m", [17, 24, 48, 64, 100, 192, 1024])
+def test_wide_and_prefill_full_shape(path, groups, m):
+    """Full shapes on the GPU, fp8 twin only (as after DROP): the wide path and the prefill path
+    against float64, every output written (poisoned with NaN), bitwise identical over repeated calls."""
+    gen = torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
+    codes = torch.randint(0, 256, (groups, 1024, 4096), generator=gen, device="cuda", dtype=torch.int32)
+    codes = torch.where((codes & 0x7F) == 0x7F, codes ^ 1, codes).to(torch.uint8)
+    exps = torch.randint(112, 122, (groups, 32, 128), generator=gen, device="cuda", dtype=torch.int32).to(torch.uint8)
+    twin = K.Twin(codes.view(torch.float8_e4m3fn), exps)
+    x = torch.randn((m, groups, 4096), generator=gen, device="cuda").to(torch.bfloat16)
+    ref = torch.einsum("tgd,grd->tgr", x.double(), K.dequantize(twin).double())
+    first = None
+    for _ in range(3):
+        out = torch.full((m, groups, 1024), float("nan"), dtype=torch.bfloat16, device="cuda")
+        y = K.wo_a(x, twin, out=out, path=path)
+        assert y is out and bool(torch.isfinite(y).all())
+        first = y.clone() if first is None else first
+        assert torch.equal(y.view(torch.int16), first.view(torch.int16)), "not bitwise deterministic"
+    rel = ((first.double() - ref).norm() / ref.norm()).item()
+    assert rel <= 1e-2, f"relative error {rel:.2e} on the {path} path (seed {gen.initial_seed()})"
