@@ -124,3 +124,57 @@ def mask_text(text: Any, env: Any, extra: Iterable = ()) -> Any:
         if value is not None and is_secret_key(key, extra) and len(str(value)) >= 4:
             text = text.replace(str(value), MASK)
     return strip_url_credentials(text)
+
+
+_LINE_ASSIGNMENT = re.compile(r"(?m)^([ \t]*(?:export[ \t]+)?)([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+_WORD_ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*)=(\S*)")
+
+
+def _mask_string(text: str, secrets: list, extra: Iterable) -> str:
+    key, sep, _ = text.partition("=")
+    if sep and ENV_KEY.fullmatch(key) and is_secret_key(key, extra):
+        return f"{key}={MASK}"
+    if text in secrets:
+        return MASK
+    for value in secrets:
+        if len(value) >= 4:
+            text = text.replace(value, MASK)
+    # KEY=value lines (an env file, the diff's env section) and KEY=value words (-e KEY=value) of a secret key.
+    text = _LINE_ASSIGNMENT.sub(lambda m: f"{m[1]}{m[2]}={MASK}" if is_secret_key(m[2], extra) else m[0], text)
+    text = _WORD_ASSIGNMENT.sub(lambda m: f"{m[1]}={MASK}" if is_secret_key(m[1], extra) else m[0], text)
+    return strip_url_credentials(text)
+
+
+def mask_tree(obj: Any, secrets: Iterable = (), extra: Iterable = ()) -> Any:
+    """A copy of a result (dicts, lists, strings) as it may be shown: under a secret-looking dict key the value is
+    MASK; an env difference row ({what: env, key, desired, actual}) of a secret key has both values masked; a
+    ``KEY=value`` string of a secret key becomes ``KEY=********``; every known secret value (`secrets`) found in a
+    string is replaced by MASK; URLs lose their credentials."""
+    extra = list(extra or ())
+    known = sorted({str(s) for s in (secrets or ()) if s is not None and str(s) != ""}, key=len, reverse=True)
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            env_row = node.get("what") == "env" and is_secret_key(node.get("key", ""), extra)
+            out = {}
+            for k, v in node.items():
+                if (is_secret_key(k, extra) and not isinstance(v, (dict, list))) or \
+                        (env_row and k in ("desired", "actual", "want", "have")):
+                    out[k] = None if v is None else MASK
+                else:
+                    out[k] = walk(v)
+            return out
+        if isinstance(node, (list, tuple)):
+            return [walk(v) for v in node]
+        if isinstance(node, str):
+            return _mask_string(node, known, extra)
+        return node
+
+    return walk(obj)
+
+
+def secret_values(env: Any, extra: Iterable = ()) -> list:
+    """The values of the secret-looking keys of an env dict or docker ``KEY=value`` list."""
+    pairs = env.items() if isinstance(env, dict) else \
+        (str(i).partition("=")[::2] for i in (env or []) if isinstance(i, str) and "=" in i)
+    return [str(v) for k, v in pairs if v is not None and is_secret_key(k, extra)]

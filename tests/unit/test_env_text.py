@@ -89,3 +89,29 @@ def test_mask_text_replaces_secret_values():
     text = "env:\n  HF_TOKEN=hf_secret_value\n  A=1\n  URL=http://u:pw@h/\n"
     out = et.mask_text(text, {"HF_TOKEN": "hf_secret_value", "A": "1"})
     assert "hf_secret_value" not in out and "HF_TOKEN=********" in out and "u:pw" not in out and "A=1" in out
+
+
+def test_mask_tree_masks_every_place_a_secret_sits():
+    result = {"container": {"env": {"HF_TOKEN": "hf_live_1234", "A": "1"}},
+              "differences": [{"what": "env", "key": "HF_TOKEN", "desired": "hf_new_5678", "actual": "hf_live_1234"},
+                              {"what": "env", "key": "A", "desired": "2", "actual": "1"}],
+              "diff": {"before": "env:\n  HF_TOKEN=hf_live_1234\n", "after": "env:\n  HF_TOKEN=hf_new_5678\n"},
+              "msg": "recreated (env HF_TOKEN)", "argv": ["-e", "HF_TOKEN=hf_new_5678", "-e", "A=2"],
+              "proxy": "http://bob:pw@proxy:3128"}
+    masked = et.mask_tree(result, ["hf_new_5678", "hf_live_1234"])
+    text = repr(masked)
+    assert "hf_live_1234" not in text and "hf_new_5678" not in text and "bob:pw" not in text
+    assert masked["differences"][1] == {"what": "env", "key": "A", "desired": "2", "actual": "1"}
+    assert masked["container"]["env"] == {"HF_TOKEN": et.MASK, "A": "1"}
+    assert masked["argv"] == ["-e", "HF_TOKEN=********", "-e", "A=2"] and masked["msg"] == result["msg"]
+    assert result["container"]["env"]["HF_TOKEN"] == "hf_live_1234"  # a copy: the caller's data is untouched
+
+
+def test_secret_values():
+    assert et.secret_values({"HF_TOKEN": "t", "A": "1"}) == ["t"]
+    assert et.secret_values(["MY_PASSWORD=p=q", "A=1"]) == ["p=q"]
+
+
+def test_mask_tree_masks_short_secrets_in_env_text():
+    text = "env:\n  API_KEY=k9\n  A=1\nrun -e HF_TOKEN=x -e B=2"
+    assert et.mask_tree(text) == "env:\n  API_KEY=********\n  A=1\nrun -e HF_TOKEN=******** -e B=2"
