@@ -132,7 +132,7 @@ _WORD_ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*)=(\S*)"
 
 def _mask_string(text: str, secrets: list, extra: Iterable) -> str:
     key, sep, _ = text.partition("=")
-    if sep and ENV_KEY.fullmatch(key) and is_secret_key(key, extra):
+    if sep and "\n" not in text and ENV_KEY.fullmatch(key) and is_secret_key(key, extra):
         return f"{key}={MASK}"
     if text in secrets:
         return MASK
