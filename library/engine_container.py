@@ -310,7 +310,8 @@ def main() -> None:
     secrets = secret_values(p["env"], p["secret_env_keys"])
 
     def masked(res: dict) -> dict:
-        return mask_tree(res, secrets, p["secret_env_keys"])
+        # The module's own echo of its arguments (invocation, shown with -v) is masked as well.
+        return mask_tree(dict(res, invocation={"module_args": p}), secrets, p["secret_env_keys"])
 
     def fail(msg: str, **extra) -> None:
         result.update(extra)

@@ -493,6 +493,7 @@ def test_secrets_never_appear_in_the_result_or_the_diff(docker):
     for check in (True, False):
         out = run_module(MODULE, args(env=new, secret_env_keys=["MY_CRED"]), check_mode=check, diff=True)
         text = json.dumps(out.result)
+        assert out.result["invocation"]["module_args"]["env"]["HF_TOKEN"] == "********"
         for secret in ("hf_old_secret_1", "hf_new_secret_3", "cred_old_2", "cred_new_4", "pw0rd", '"k9"', "=k9"):
             assert secret not in text, (check, secret)
         assert {"what": "env", "key": "HF_TOKEN", "desired": "********", "actual": "********"} \
