@@ -103,6 +103,15 @@ options:
     description: The docker CLI to call.
     type: path
     default: docker
+  secret_env_keys:
+    description:
+      - Env keys whose values are secrets besides those that look secret (C(*_KEY), C(*_TOKEN), C(*_SECRET),
+        C(*PASSWORD*), C(API_KEY)); the roles pass C(sparkfleet_secret_env_keys).
+      - Secret values are shown as C(********) in every result field, RV(differences) and the diff; URLs are shown
+        without their C(user:password@).
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -250,6 +259,7 @@ msg:
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.env_text import mask_tree, secret_values
 from ansible.module_utils.engine_container import (
     Desired,
     Docker,
@@ -288,6 +298,7 @@ def main() -> None:
             stop_timeout=dict(type="int", default=30),
             log_tail=dict(type="int", default=30),
             docker=dict(type="path", default="docker"),
+            secret_env_keys=dict(type="list", elements="str", default=[], no_log=False),
         ),
         required_if=[("state", "started", ("image",))],
         supports_check_mode=True,
@@ -295,11 +306,20 @@ def main() -> None:
     p = module.params
     name, state = p["name"], p["state"]
     result = dict(changed=False, action="none", differences=[], container=None, ready=None)
+    # Every secret value this run sees (desired and actual), masked in whatever the module returns.
+    secrets = secret_values(p["env"], p["secret_env_keys"])
+
+    def masked(res: dict) -> dict:
+        # The module's own echo of its arguments (invocation, shown with -v) is masked as well.
+        return mask_tree(dict(res, invocation={"module_args": p}), secrets, p["secret_env_keys"])
 
     def fail(msg: str, **extra) -> None:
         result.update(extra)
         result.pop("msg", None)
-        module.fail_json(msg=f"{name}: {msg}", **result)
+        module.fail_json(msg=f"{name}: {msg}", **masked(result))
+
+    def done() -> None:
+        module.exit_json(**masked(result))
 
     if p["wait_timeout"] <= 0:
         fail(f"wait_timeout must be more than 0 seconds, got {p['wait_timeout']}")
@@ -320,6 +340,7 @@ def main() -> None:
         the_plan = plan(docker, desired, state, p["restart"])
     except EngineContainerError as exc:
         fail(str(exc), **exc.facts)
+    secrets += secret_values((the_plan.container or {}).get("env") or {}, p["secret_env_keys"])
     result.update(action=the_plan.action, differences=[d.as_dict() for d in the_plan.differences],
                   container=the_plan.container, changed=the_plan.action != "none")
     if the_plan.image_id:
@@ -336,7 +357,7 @@ def main() -> None:
     words = FUTURE if module.check_mode else PAST
     result["msg"] = f"{name}: {words[the_plan.action]}{why}"
     if module.check_mode:
-        module.exit_json(**result)
+        done()
 
     try:
         offset = apply(docker, desired, the_plan, p["stop_timeout"])
@@ -379,7 +400,7 @@ def main() -> None:
                        "; the boot showed no autotune retuning, so the ordinary timeout applied")
             fail(f"no line matching {p['wait_for']!r} after {waited.timeout:g} s (the container still runs{why})\n"
                  f"last lines:\n{last}")
-    module.exit_json(**result)
+    done()
 
 
 if __name__ == "__main__":

@@ -71,6 +71,14 @@ options:
     description: Return the text of a file in O(files) when it is at most this many bytes.
     type: int
     default: 65536
+  secret_env_keys:
+    description:
+      - Env keys whose values are secrets besides those that look secret (C(*_KEY), C(*_TOKEN), C(*_SECRET),
+        C(*PASSWORD*), C(API_KEY)); the playbooks pass C(sparkfleet_secret_env_keys).
+      - Their values are returned as C(********), wherever they appear in the snapshot; URLs lose C(user:pass@).
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -200,6 +208,7 @@ def main() -> None:
             files=dict(type="list", elements="path", default=[]),
             units=dict(type="list", elements="str", default=[]),
             content_max_bytes=dict(type="int", default=65536),
+            secret_env_keys=dict(type="list", elements="str", default=[], no_log=False),
         ),
         supports_check_mode=True,
     )
@@ -220,7 +229,7 @@ def main() -> None:
         sections=sections_from(p["gather"]), serving_names=tuple(p["serving_names"]),
         serving_image=p["serving_image"], owner_label=p["owner_label"],
         volumes=tuple(sorted(p["volumes"].items())), files=tuple(p["files"]), units=tuple(p["units"]),
-        content_max_bytes=p["content_max_bytes"])
+        content_max_bytes=p["content_max_bytes"], secret_env_keys=tuple(p["secret_env_keys"]))
     module.exit_json(changed=False, snapshot=take(run, request))
 
 

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+from ansible.module_utils.env_text import key_problem, value_problem
 # A docker image reference: [registry[:port]/]path[:tag][@digest], no whitespace.
 IMAGE_REF = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
                        r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$|^sha256:[0-9a-f]{12,64}$")
@@ -101,10 +101,11 @@ def check_desired(desired: Desired, need_image: bool) -> None:
             raise EngineContainerError(f"image {desired.image!r} is not a docker image reference "
                                        "(no spaces, lowercase repository, optional :tag and @sha256:digest)")
     for key, value in desired.env.items():
-        if not ENV_KEY.match(str(key)):
+        if key_problem("env key", key):
             raise EngineContainerError(f"env key {key!r} is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)")
-        if any(c in str(value) for c in "\n\r\0"):
-            raise EngineContainerError(f"env value of {key} contains a newline or NUL; an env file cannot carry it")
+        problem = value_problem(f"env value of {key}", "" if value is None else str(value))
+        if problem:
+            raise EngineContainerError(problem)
     destinations = [m.destination for m in desired.mounts]
     dupes = sorted({d for d in destinations if destinations.count(d) > 1})
     if dupes:

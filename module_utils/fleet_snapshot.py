@@ -20,6 +20,8 @@ import stat
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from ansible.module_utils.env_text import mask_tree, secret_values
+
 Runner = Callable[[list], tuple]
 
 SECTIONS = ("memory", "load", "gpu", "boot", "containers", "serving", "disks", "files", "units")
@@ -47,6 +49,7 @@ class Request:
     files: tuple = ()
     units: tuple = ()
     content_max_bytes: int = 65536
+    secret_env_keys: tuple = ()  # env keys masked besides those that look secret (module_utils/env_text)
 
 
 DEFAULT_PATHS = Paths()
@@ -433,7 +436,11 @@ def take(run: Runner, request: Request, paths: Paths | None = None) -> dict:
             except SectionError as exc:
                 units[unit] = {"error": str(exc)}
         snap["units"] = units
-    return snap
+    # Secrets never leave the host: serving env values of secret-looking keys, the same values anywhere else in
+    # the snapshot (a file's content), and URL credentials (module_utils/env_text, issue 19 item 13).
+    secrets = [v for row in (snap.get("serving") or {}).get("containers") or []
+               for v in secret_values(row.get("env") or {}, request.secret_env_keys)]
+    return mask_tree(snap, secrets, request.secret_env_keys)
 
 
 def sections_from(gather: Iterable) -> tuple:

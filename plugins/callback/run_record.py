@@ -6,6 +6,10 @@ per-host stats, every failure with its message, and the results of sparkfleet's 
 Boot logs and bench results are written beside it by the roles, which find the folder through the
 SPARKFLEET_RUN_DIR environment variable this plugin sets when the playbook starts (set it yourself to
 choose the folder).
+
+Secrets stay secret (issue 19 item 13): every value under a secret-looking key (*_KEY, *_TOKEN, *_SECRET,
+*PASSWORD*, API_KEY, plus the keys listed in sparkfleet_secret_env_keys) is written as ********, and URLs lose
+their user:pass@ (module_utils/env_text.mask_tree). The run folder is made mode 0700 and record.json 0600.
 """
 from __future__ import annotations
 
@@ -29,8 +33,12 @@ options:
 import datetime
 import json
 import os
+import sys
 
 from ansible.plugins.callback import CallbackBase
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "module_utils"))
+from env_text import mask_tree  # noqa: E402
 
 RECORDED_MODULES = {
     "engram_pack", "engram_status", "boot_log_facts", "autotune_cache", "fleet_snapshot", "engine_container",
@@ -54,13 +62,15 @@ class CallbackModule(CallbackBase):
         self.run_dir = None
         self.record = {}
         self._inventory_done = False
+        self.secret_keys: list = []
 
     def v2_playbook_on_start(self, playbook):
         name = os.path.splitext(os.path.basename(playbook._file_name))[0]
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         base = os.environ.get("SPARKFLEET_RUNS_DIR") or os.path.join(os.path.dirname(playbook._basedir), "runs")
         self.run_dir = os.environ.get("SPARKFLEET_RUN_DIR") or os.path.join(base, f"{stamp}-{name}")
-        os.makedirs(self.run_dir, exist_ok=True)
+        os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
+        os.chmod(self.run_dir, 0o700)  # also when it existed: the record may hold what only the operator may read
         os.environ["SPARKFLEET_RUN_DIR"] = self.run_dir
         self.record = {"playbook": name, "file": playbook._file_name, "started": stamp, "run_dir": self.run_dir,
                        "check_mode": False, "inventory": {}, "results": [], "failures": [], "outcome": "running"}
@@ -77,6 +87,12 @@ class CallbackModule(CallbackBase):
                 self.record["inventory"][host] = {k: hv.get(k) for k in (
                     "ansible_host", "fleet_rank", "fleet_role", "fleet_user", "fleet_engram_dir")}
             self.record["check_mode"] = bool(play.check_mode) if play.check_mode is not None else False
+            # The keys listed in sparkfleet_secret_env_keys (-e, or the inventory's group_vars as a host sees them).
+            listed = manager.extra_vars.get("sparkfleet_secret_env_keys")
+            if listed is None and hosts:
+                listed = manager.get_vars(play=play, host=inventory.get_host(hosts[0]), include_hostvars=False,
+                                          include_delegate_to=False).get("sparkfleet_secret_env_keys")
+            self.secret_keys = [str(k) for k in listed or [] if isinstance(listed, (list, tuple))]
             self._inventory_done = True
         except Exception as exc:  # the record must never break a play
             self.record["inventory_error"] = str(exc)
@@ -97,7 +113,8 @@ class CallbackModule(CallbackBase):
                                            "status": status, "result": data})
 
     def _clean(self, result):
-        return {k: v for k, v in result.items() if not k.startswith("_ansible") and k != "invocation"}
+        return mask_tree({k: v for k, v in result.items() if not k.startswith("_ansible") and k != "invocation"},
+                         (), self.secret_keys)
 
     def v2_runner_on_ok(self, result):
         self._keep(result, "ok")
@@ -145,6 +162,9 @@ class CallbackModule(CallbackBase):
         self.record["finished"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         path = os.path.join(self.run_dir, "record.json")
         tmp = path + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(self.record, fh, indent=1, default=str, sort_keys=True)
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(mask_tree(self.record, (), self.secret_keys), fh, indent=1, default=str, sort_keys=True)
         os.replace(tmp, path)

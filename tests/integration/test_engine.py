@@ -209,3 +209,20 @@ def test_bad_input_is_refused_before_any_host_is_touched(fleet_up, extravars, te
     assert touched == []
     assert {name: (inspect(name)["Id"], node(name).file(f"{HOSTS[name][2]}/sparkfleet.env").content)
             for name in HOSTS} == before
+
+
+def test_a_secret_in_the_env_never_shows_in_results_diff_or_record(fleet_up):
+    # issue 19 item 13: a real check run with --diff; the secret and the URL password appear nowhere.
+    token, password = "hf_sparkfleet_secret_4711", "pw_sparkfleet_0815"
+    env = serving_env(HF_TOKEN=token, HF_ENDPOINT=f"https://mia:{password}@hub.example/api")
+    run = play("engine.yml", extravars=dict(BASE, engine_env=env), check=True, diff=True)
+    assert run.rc == 0, run.stdout[-3000:]
+    plans = results(run, "Compare this rank's engine container")
+    assert {"what": "env", "key": "HF_TOKEN", "desired": "********", "actual": None} in plans["spark1"]["differences"]
+    assert "HF_TOKEN=********" in run.stdout and "HF_ENDPOINT=https://hub.example/api" in run.stdout
+    record = Path(run.run_dir, "record.json")
+    shown = {"stdout": run.stdout, "record": record.read_text(),
+             "engine_container results": json.dumps(run.results(module="engine_container"))}
+    for where, text in shown.items():
+        assert token not in text and password not in text, where
+    assert record.stat().st_mode & 0o777 == 0o600 and Path(run.run_dir).stat().st_mode & 0o777 == 0o700

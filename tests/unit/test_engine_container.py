@@ -481,3 +481,26 @@ def test_an_extended_timeout_below_the_ordinary_one_is_refused(docker):
     out = run_module(MODULE, args(wait_for="Ready", wait_timeout=900, wait_extended_timeout=60))
     assert out.failed and "wait_extended_timeout (60 s) must not be less than wait_timeout (900 s)" in out.result["msg"]
     assert docker.calls == []
+
+
+# ---------------------------------------------------------------- secrets (issue 19 item 13)
+
+def test_secrets_never_appear_in_the_result_or_the_diff(docker):
+    old = {**ENV, "HF_TOKEN": "hf_old_secret_1", "MY_CRED": "cred_old_2", "HTTP_PROXY": "http://bob:pw0rd@p:3128"}
+    new = {**ENV, "HF_TOKEN": "hf_new_secret_3", "MY_CRED": "cred_new_4", "HTTP_PROXY": "http://bob:pw0rd@p:3128",
+           "API_KEY": "k9"}
+    docker.add_container("dsv41-worker", old, MOUNTS, log=["old boot"])
+    for check in (True, False):
+        out = run_module(MODULE, args(env=new, secret_env_keys=["MY_CRED"]), check_mode=check, diff=True)
+        text = json.dumps(out.result)
+        assert out.result["invocation"]["module_args"]["env"]["HF_TOKEN"] == "********"
+        for secret in ("hf_old_secret_1", "hf_new_secret_3", "cred_old_2", "cred_new_4", "pw0rd", '"k9"', "=k9"):
+            assert secret not in text, (check, secret)
+        assert {"what": "env", "key": "HF_TOKEN", "desired": "********", "actual": "********"} \
+            in out.result["differences"]
+        if check:
+            assert "HF_TOKEN=********" in out.result["diff"]["after"]
+            assert "HTTP_PROXY=http://p:3128" in out.result["diff"]["after"]
+    # The container itself got the real values.
+    created = docker.containers["dsv41-worker"]["Config"]["Env"]
+    assert "HF_TOKEN=hf_new_secret_3" in created and "MY_CRED=cred_new_4" in created

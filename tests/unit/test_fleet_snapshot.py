@@ -302,3 +302,23 @@ def test_module_rejects_bad_options(module_host, args, needle):
     out = run_module(MODULE, args)
     assert out.failed and needle in out.result["msg"]
     assert module_host.calls == []
+
+
+def test_serving_env_secrets_are_masked_everywhere_in_the_snapshot(paths, tmp_path):
+    # issue 19 item 13: secret-looking keys, listed keys and URL credentials never leave the host.
+    env = ["NODE_RANK=2", "HF_TOKEN=hf_live_abcd", "DB_PASSWORD=pw", "MY_CRED=cred_xyz1",
+           "MODEL_URL=https://alice:s3cr3t@hub.example/m", "EXTRA=a=b"]
+    raw = [container("dsv41-worker", "dsv41-3x-spark:local", "running", image_id="sha256:fleet", env=env)]
+    env_file = tmp_path / "sparkfleet.env"
+    env_file.write_text("HF_TOKEN=hf_live_abcd\nA=1\n")
+    host = Host({("docker", "ps", "-a", "-q", "--no-trunc"): (0, raw[0]["Id"] + "\n", ""),
+                 ("docker", "inspect", "--type", "container", raw[0]["Id"]): (0, json.dumps(raw), "")})
+    out = snap(host, paths, sections=("serving", "files"), serving_image="dsv41-3x-spark:local",
+               files=(str(env_file),), secret_env_keys=("MY_CRED",))
+    assert out["serving"]["containers"][0]["env"] == {
+        "NODE_RANK": "2", "HF_TOKEN": "********", "DB_PASSWORD": "********", "MY_CRED": "********",
+        "MODEL_URL": "https://hub.example/m", "EXTRA": "a=b"}
+    text = json.dumps(out)
+    for secret in ("hf_live_abcd", "cred_xyz1", "s3cr3t", '"pw"'):
+        assert secret not in text
+    assert out["files"][str(env_file)]["content"] == "HF_TOKEN=********\nA=1\n"

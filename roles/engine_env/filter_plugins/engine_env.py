@@ -5,6 +5,8 @@ and the declared per-rank part, compare env across ranks and against files.
     {{ engine_env | engine_env_problems(engine_env_per_rank, fleet_rank, fleet_tp_size) }}  -> [str]
     {{ engine_env | engine_env_split(engine_env_per_rank, fleet_rank) }}   -> {shared: {..}, rank: {..}}
     {{ text | engine_env_parse }}                                          -> {KEY: value} (docker --env-file rules)
+    {{ env | engine_env_masked(sparkfleet_secret_env_keys) }}              -> env as shown (secrets ********)
+    {{ env | engine_env_has_secrets(sparkfleet_secret_env_keys) }}         -> whether showing env shows a secret
     {{ env | engine_env_fingerprint }}                                     -> sha256 of the autotune-relevant keys
     {{ engine_env | engine_env_gid_problems(engine_env_per_rank, mode) }}  -> [str]  (NCCL GID keys vs the mode)
     {{ resolved_hcas | engine_env_gid_keys }}                          -> {keys: {NCCL_IB_GID_INDEX, NCCL_IB_HCA}, problem}
@@ -19,7 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
+import os
+import sys
 from typing import Any
 
 try:
@@ -28,7 +31,9 @@ except ImportError:  # pragma: no cover - tests may import the plugin bare
     class AnsibleFilterError(ValueError):  # type: ignore[no-redef]
         pass
 
-ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Keys, values and env files follow module_utils/env_text (one place for the module, the snapshot and this role).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "module_utils"))
+from env_text import key_problem as _key_problem, mask_env, parse_env_file, value_problem as _value_problem  # noqa: E402,E501
 RANK_KEY = "NODE_RANK"
 # The RoCE v2 GID index and the HCA NCCL uses: per node, resolved at every start (FLEET.md section 11).
 GID_KEYS = ("NCCL_IB_GID_INDEX", "NCCL_IB_HCA")
@@ -38,25 +43,6 @@ GID_MODES = ("resolved", "pinned", "unmanaged")
 # cache provenance nor the ranks' launch sidecars may depend on them.
 AUTOTUNE_PREFIXES = ("SGLANG_", "DSV41_", "SPARK_", "B12X_", "NCCL_")
 AUTOTUNE_VOLATILE = frozenset({"DSV41_ENGRAM_PREFETCH_CHECK", "NCCL_DEBUG", "SGLANG_LOG_LEVEL"} | set(GID_KEYS))
-
-
-def _value_problem(where: str, value: Any) -> str | None:
-    if isinstance(value, bool):
-        return f"{where} is a boolean ({value}); env values are strings: quote it, e.g. \"1\" or \"0\""
-    if value is None:
-        return f"{where} has no value; write an explicit value (\"\" for empty)"
-    if not isinstance(value, (str, int, float)):
-        return f"{where} is a {type(value).__name__}; env values are strings"
-    text = str(value)
-    if any(c in text for c in "\n\r\0"):
-        return f"{where} contains a newline or NUL; an env file holds one KEY=value per line"
-    return None
-
-
-def _key_problem(where: str, key: Any) -> str | None:
-    if not isinstance(key, str) or not ENV_KEY.match(key):
-        return f"{where} {key!r} is not a variable name ([A-Za-z_][A-Za-z0-9_]*, no '=' or spaces)"
-    return None
 
 
 def _rank_of(key: Any, tp: int | None) -> int | None:
@@ -143,15 +129,19 @@ def engine_env_split(env: dict, per_rank: dict, rank: Any) -> dict:
 
 
 def engine_env_parse(text: str) -> dict:
-    """An env file as docker --env-file reads it: KEY=value lines, # comments and blank lines skipped."""
-    out = {}
-    for line in (text or "").splitlines():
-        line = line.lstrip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, _, value = line.partition("=")
-        out[key] = value
-    return out
+    """An env file as docker --env-file reads it (lines end at \\n only): KEY=value lines, # comments and blank
+    lines skipped (module_utils/env_text.parse_env_file)."""
+    return parse_env_file(text)
+
+
+def engine_env_masked(env: Any, extra: Any = ()) -> Any:
+    """The env as it may be shown: values of secret-looking keys as ********, URLs without credentials."""
+    return mask_env(env, extra or ())
+
+
+def engine_env_has_secrets(env: Any, extra: Any = ()) -> bool:
+    """Whether showing the env would show a secret (a masked value or URL credentials)."""
+    return mask_env(env, extra or ()) != env
 
 
 def engine_env_fingerprint(env: dict) -> str:
@@ -254,4 +244,5 @@ class FilterModule:
         return {"engine_env_problems": engine_env_problems, "engine_env_split": engine_env_split,
                 "engine_env_parse": engine_env_parse, "engine_env_fingerprint": engine_env_fingerprint,
                 "engine_env_cross_rank": engine_env_cross_rank, "engine_env_gid_problems": engine_env_gid_problems,
-                "engine_env_gid_keys": engine_env_gid_keys, "engine_env_gid_check": engine_env_gid_check}
+                "engine_env_gid_keys": engine_env_gid_keys, "engine_env_gid_check": engine_env_gid_check,
+                "engine_env_masked": engine_env_masked, "engine_env_has_secrets": engine_env_has_secrets}
