@@ -99,6 +99,31 @@ _PREFIX_ITEM = re.compile(
     r")[ \t]?"
 )
 _BR_RANK = re.compile(r"\bTP\s*(\d+)|\brank\s*=?\s*(\d+)")
+# An SGLang prefix anywhere in a line: a progress-bar fragment (tqdm, ``ESC[A``) can precede it.
+_SGL_PREFIX_ANY = re.compile(r"\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[^\]]{0,60}\]")
+
+# A launch (FLEET.md section 7a) starts with the image launcher's lines, then ``server_args=``.
+LAUNCHER_START = ("dense linears routed", "TP pad installed", "SKIP_PREPARE=")
+_SERVER_ARGS = re.compile(r"\bserver_args\s*=\s*(?P<dc>ServerArgs\()?")
+_SA_DICT_ITEM = re.compile(r"'(?P<key>\w+)':\s*(?P<val>'(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^,{}\[\]()]+)")
+_SA_DC_ITEM = re.compile(r"(?<![\w.])(?P<key>[a-z_]\w*)=(?P<val>'(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^,{}\[\]()]+)")
+_PYWARNING = re.compile(r":\d+: (?P<kind>[A-Z]\w*Warning): ")
+_LOAD_END = re.compile(r"Load weight end\.(?P<rest>.*)")
+_ELAPSED = re.compile(r"(?:\belapsed\s*=\s*|Time elapsed:\s*)(-?\d+(?:\.\d+)?)\s*s")
+_QTY = re.compile(r"\b(?P<key>avail mem|mem usage)\s*=\s*(?P<num>-?\d+(?:\.\d+)?)\s*(?P<unit>GB|GiB|MB|MiB)")
+_CAPTURE_END = re.compile(r"Capture (?P<what>.*?)\s*(?:CUDA|cuda) graph end")
+_POOL_SIZES = re.compile(r"DSV4 pool sizes:\s*(?P<rest>.*)")
+_INT_PAIR = re.compile(r"(\w+)=(-?\d+)\b")
+_STARTUP = re.compile(r"Engine startup timings \(s\):\s*(?P<rest>.*)")
+_NESTED = re.compile(r"(\w+)=\{([^}]*)\}")
+_FLOAT_PAIR = re.compile(r"(\w+)=(-?\d+(?:\.\d+)?)")
+_DUMMY_HEALTH = re.compile(r"Dummy health check server started.*?\bat\s+(?P<addr>\S+)")
+_WARMUP = re.compile(r"Warm-up done in\s*(?P<s>\d+(?:\.\d+)?)\s*s")
+_TP_PAD = re.compile(r"TP pad installed \(tp=(\d+)\)")
+_DENSE_BACKEND = re.compile(r"routed to FlashInfer backend '([^']+)'")
+# SGLang prints GPU memory as "GB" but computes it in GiB (free bytes / 2**30); the DSV4 memory calculation
+# agrees: available_bytes - swa_fixed = bytes_per_full_token * full_token / 2**30 (FLEET.md section 7a).
+UNIT_BYTES = {"GB": 1 << 30, "GiB": 1 << 30, "MB": 1 << 20, "MiB": 1 << 20}
 _RANK_TAG_B = re.compile(rb"\[[^\]]*?\bTP\s*(\d+)[^\]]*\]|\((?:rank|tp)\s*[=: ]\s*(\d+)\)")
 
 _START = re.compile(r"(?:Starting DSV41 rank|dsv41 boot: rank)\s*=?\s*(\d+)?(.*)")
@@ -201,7 +226,18 @@ class _Boot:
     explicit: bool = False
     rank: Optional[int] = None
     tp: Optional[int] = None
+    ep: Optional[int] = None
+    nnodes: Optional[int] = None
+    rank_source: Optional[str] = None
     ranks_started: set = field(default_factory=set)
+    prefix_ranks: dict = field(default_factory=dict)  # rank -> ep seen in "[... TP<r> EP<e>]"
+    server_args: Optional[dict] = None
+    server_args_ranks: set = field(default_factory=set)
+    launcher: dict = field(default_factory=dict)
+    weights: dict = field(default_factory=dict)     # rank key -> [load entries]
+    startup: Optional[dict] = None
+    worker_up: Optional[dict] = None
+    warnings: dict = field(default_factory=dict)
     mem_calc_ranks: set = field(default_factory=set)
     evidence: bool = False
     ended: bool = False
@@ -262,30 +298,63 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "..."
 
 
+_AVAIL_MEM_UNIT = re.compile(r"avail mem\s*=\s*(-?\d+(?:\.\d+)?)\s*(GB|GiB|MB|MiB)")
+
+
+def _quantity(entry: dict, name: str, num: str, unit: str, number: bool = True) -> None:
+    """``<name>_text`` (as printed), ``<name>_bytes`` (an integer) and, with ``number``, ``<name>_gb``."""
+    if name.endswith("_gb"):
+        name = name[:-3]
+    entry[f"{name}_text"] = f"{num} {unit}"
+    entry[f"{name}_bytes"] = int(round(float(num) * UNIT_BYTES[unit]))
+    if number:
+        entry[f"{name}_gb"] = float(num)
+
+
 def _rank_key(rank: Optional[int]) -> str:
     return "unknown" if rank is None else str(rank)
 
 
 def split_prefix(text: str) -> tuple:
     """Return ``(rank or None, message)``: strip docker/SGLang/rank/compose prefixes, keep the rank."""
-    rank = None
+    rank, _, msg = split_prefix_ep(text)
+    return rank, msg
+
+
+_BR_EP = re.compile(r"\bEP\s*(\d+)")
+
+
+def split_prefix_ep(text: str) -> tuple:
+    """``(rank, ep, message)``; a progress-bar fragment before an SGLang ``[date time ...]`` prefix is dropped."""
+    rank = ep = None
     pos = 0
     n = len(text)
+    bracket = False
     while pos < n:
         m = _PREFIX_ITEM.match(text, pos)
         if not m or m.end() == pos:
+            if not bracket:
+                # tqdm redraws its bar with CR and ESC[A, then the next log line follows on the same line
+                b = _SGL_PREFIX_ANY.search(text, pos)
+                if b is not None and b.start() > pos:
+                    pos = b.start()
+                    continue
             break
         br = m.group("br")
         if br is not None:
+            bracket = True
             r = _BR_RANK.search(br)
             if r:
                 rank = int(r.group(1) or r.group(2))
+            e = _BR_EP.search(br)
+            if e:
+                ep = int(e.group(1))
         elif m.group("pr") is not None:
             rank = int(m.group("pr"))
         elif m.group("svc") is not None and pos != 0:
             break  # a "name |" prefix only counts at the very start of the line
         pos = m.end()
-    return rank, text[pos:]
+    return rank, ep, text[pos:]
 
 
 def check_text(head: bytes, where: str = "the log") -> None:
@@ -478,15 +547,25 @@ class BootLogParser:
         text = raw.decode("utf-8", "replace")
         if text.endswith("\r"):
             text = text.rstrip("\r")
-        tag, msg = split_prefix(text)
+        tag, ep, msg = split_prefix_ep(text)
         n = self.lineno
 
-        if "Starting DSV41 rank" in msg or "dsv41 boot: rank" in msg:
+        if tag is None and any(t in msg for t in LAUNCHER_START):
+            self._launcher_start(n, text)
+        elif "server_args=" in msg:
+            self._server_args(n, msg, text)
+        elif "Starting DSV41 rank" in msg or "dsv41 boot: rank" in msg:
             self._start_line(n, tag, msg, text)
         elif "DSV4 memory calculation" in msg:
             self._memory_calc_boundary(n, tag, text)
 
         boot = self.boot
+        if tag is not None and tag not in boot.prefix_ranks:
+            boot.prefix_ranks[tag] = ep
+            if boot.rank is None and boot.rank_source is None and len(boot.prefix_ranks) == 1:
+                boot.rank, boot.rank_source = tag, "prefix"
+            elif boot.rank_source == "prefix":
+                boot.rank = None  # several ranks' prefixes in one log: no single default rank
         rank = tag if tag is not None else boot.rank
         stripped = msg.strip()
 
@@ -495,8 +574,29 @@ class BootLogParser:
 
         if "DSV4 memory calculation" in msg or "max_total_num_tokens=" in msg:
             self._kv(rank, msg)
+        elif "DSV4 pool sizes:" in msg:
+            self._pool_sizes(n, rank, msg)
+        elif "Memory pool end" in msg:
+            self._pool_end(rank, msg)
+        elif "Load weight begin" in msg:
+            self._load_begin(n, rank, msg)
+        elif "Load weight end" in msg:
+            self._load_end(n, rank, msg)
+        elif "Engine startup timings" in msg:
+            self._startup(n, msg)
+        elif "Dummy health check server started" in msg:
+            m = _DUMMY_HEALTH.search(msg)
+            boot.worker_up = {"up": True, "line": n, "address": m.group("addr") if m else None, "text": _clip(text)}
+            boot.ended = True
+            boot.evidence = True
+        elif tag is None:
+            self._launcher_line(n, msg)
         if "graph begin" in msg:
             self._capture(n, rank, msg)
+        elif "graph end" in msg:
+            self._capture_end(n, rank, msg)
+        if "Warning" in msg or "invalid scales" in msg:
+            self._warning(msg)
         if "draft runner" in msg:
             self._draft(n, rank, msg)
         if "nvme Engram layer=" in msg:
@@ -559,6 +659,52 @@ class BootLogParser:
         if rank is not None:
             boot.ranks_started.add(rank)
 
+    def _launcher_start(self, n: int, text: str) -> None:
+        """A launcher line opens a launch unless the current one holds nothing but launcher lines."""
+        boot = self.boot
+        if boot.server_args is not None or boot.evidence or (boot.explicit and not boot.launcher):
+            self._new_boot(n, text, explicit=True)
+        elif not boot.explicit:
+            boot.start_line, boot.start_text = n, _clip(text)
+        self.boot.explicit = True
+        self._launcher_line(n, text)
+
+    def _server_args(self, n: int, msg: str, text: str) -> None:
+        m = _SERVER_ARGS.search(msg)
+        body = msg[m.end():] if m else msg
+        item = _SA_DC_ITEM if m and m.group("dc") else _SA_DICT_ITEM
+        fields = {}
+        for g in item.finditer(body):
+            val = g.group("val").strip()
+            fields[g.group("key")] = val[1:-1] if val[:1] in "'\"" and len(val) > 1 else _value(val)
+        node_rank = fields.get("node_rank") if isinstance(fields.get("node_rank"), int) else None
+        boot = self.boot
+        # Joins the current launch when that one printed only launcher lines so far, or (a log that
+        # interleaves several ranks) when another rank's server_args follows before the launch ended.
+        joins = boot.server_args is None and not boot.evidence or (
+            boot.server_args is not None and not boot.ended and node_rank is not None
+            and node_rank not in boot.server_args_ranks)
+        if not joins:
+            self._new_boot(n, text, explicit=True)
+            boot = self.boot
+        elif not boot.explicit:
+            boot.start_line, boot.start_text = n, _clip(text)
+        boot.explicit = True
+        boot.evidence = True
+        if boot.server_args is None:
+            boot.server_args = {"line": n, "form": "dataclass" if m and m.group("dc") else "dict",
+                                "fields": fields, "text": _clip(text)}
+        if node_rank is not None:
+            boot.server_args_ranks.add(node_rank)
+            boot.ranks_started.add(node_rank)
+        if len(boot.server_args_ranks) > 1:
+            boot.rank = None
+        elif node_rank is not None:
+            boot.rank, boot.rank_source = node_rank, "server_args"
+        for key, attr in (("tp_size", "tp"), ("ep_size", "ep"), ("nnodes", "nnodes")):
+            if isinstance(fields.get(key), int):
+                setattr(boot, attr, fields[key])
+
     def _memory_calc_boundary(self, n: int, tag: Optional[int], text: str) -> None:
         boot = self.boot
         if boot.ended and (tag is None or tag in boot.mem_calc_ranks or not boot.mem_calc_ranks):
@@ -570,12 +716,123 @@ class BootLogParser:
     def _kv(self, rank: Optional[int], msg: str) -> None:
         entry = self.boot.kv.setdefault(_rank_key(rank), {})
         for key, val, unit in _KV_PAIR.findall(msg):
+            base = key
             if key == "available_gpu_mem":
                 key = "available_gpu_mem_gb"
             entry[key] = _num(val)
             if unit:
                 entry.setdefault("units", {})[key] = unit
+                _quantity(entry, base, val, unit, number=False)
+            if key == "max_total_num_tokens":
+                entry["pool_tokens"] = entry[key]
         self.boot.evidence = True
+
+    def _pool_sizes(self, n: int, rank: Optional[int], msg: str) -> None:
+        """``DSV4 pool sizes: full=...``: printed before and after the --max-total-tokens cap; the last is the pool."""
+        m = _POOL_SIZES.search(msg)
+        sizes = {"line": n}
+        sizes.update({k: int(v) for k, v in _INT_PAIR.findall(m.group("rest") if m else msg)})
+        entry = self.boot.kv.setdefault(_rank_key(rank), {})
+        entry.setdefault("pool_sizes", []).append(sizes)
+        if "full" in sizes:
+            entry["pool_full_tokens"] = sizes["full"]
+            if "max_total_num_tokens" not in entry:
+                entry["pool_tokens"] = sizes["full"]
+        self.boot.evidence = True
+
+    def _pool_end(self, rank: Optional[int], msg: str) -> None:
+        m = _AVAIL_MEM_UNIT.search(msg)
+        if m:
+            entry = self.boot.kv.setdefault(_rank_key(rank), {})
+            _quantity(entry, "memory_pool_end_avail_mem", m.group(1), m.group(2))
+        self.boot.evidence = True
+
+    def _load_begin(self, n: int, rank: Optional[int], msg: str) -> None:
+        loads = self.boot.weights.setdefault(_rank_key(rank), [])
+        entry = {"rank": rank, "line": n, "end_line": None}
+        m = _AVAIL_MEM_UNIT.search(msg)
+        if m:
+            _quantity(entry, "begin_avail_mem", m.group(1), m.group(2))
+        loads.append(entry)
+        self.boot.evidence = True
+
+    def _load_end(self, n: int, rank: Optional[int], msg: str) -> None:
+        loads = self.boot.weights.setdefault(_rank_key(rank), [])
+        if not loads or loads[-1]["end_line"] is not None:
+            loads.append({"rank": rank, "line": None, "end_line": None})
+        entry = loads[-1]
+        entry["end_line"] = n
+        rest = _LOAD_END.search(msg).group("rest")
+        for key, val in re.findall(r"\b(type|quant|dtype)\s*=\s*([^\s,]+)", rest):
+            entry[key] = val
+        e = _ELAPSED.search(rest)
+        if e:
+            entry["elapsed_s"] = float(e.group(1))
+        for q in _QTY.finditer(rest):
+            _quantity(entry, q.group("key").replace(" ", "_"), q.group("num"), q.group("unit"))
+        self.boot.evidence = True
+
+    def _capture_end(self, n: int, rank: Optional[int], msg: str) -> None:
+        m = _CAPTURE_END.search(msg)
+        if m is None:
+            return
+        what = m.group("what").strip() or "cuda"
+        cap = next((c for c in reversed(self.boot.captures)
+                    if c["rank"] == rank and c.get("end_line") is None and c["what"] == what), None)
+        if cap is None:
+            cap = {"line": None, "rank": rank, "what": what}
+            self.boot.captures.append(cap)
+        cap["end_line"] = n
+        e = _ELAPSED.search(msg)
+        if e:
+            cap["elapsed_s"] = float(e.group(1))
+        for q in _QTY.finditer(msg):
+            key = "end_avail_mem" if q.group("key") == "avail mem" else "mem_usage"
+            _quantity(cap, key, q.group("num"), q.group("unit"))
+        self.boot.evidence = True
+
+    def _startup(self, n: int, msg: str) -> None:
+        rest = _STARTUP.search(msg).group("rest")
+        out: dict = {"line": n}
+        for name, inner in _NESTED.findall(rest):
+            out[name] = {k: float(v) for k, v in _FLOAT_PAIR.findall(inner)}
+        for name, val in _FLOAT_PAIR.findall(_NESTED.sub("", rest)):
+            out[name] = float(val)
+        self.boot.startup = out
+        self.boot.evidence = True
+
+    def _launcher_line(self, n: int, msg: str) -> None:
+        """The image launcher's own lines (boot.py, adapters): no prefix (FLEET.md section 7a)."""
+        launcher = self.boot.launcher
+        text = _clip(msg.strip())
+        if "SKIP_PREPARE=" in msg:
+            launcher["skip_prepare"] = "SKIP_PREPARE=1" in msg
+        elif "TP pad installed" in msg:
+            m = _TP_PAD.search(msg)
+            launcher["tp_pad"] = int(m.group(1)) if m else True
+        elif "dense linears routed" in msg:
+            m = _DENSE_BACKEND.search(msg)
+            launcher["dense_backend"] = m.group(1) if m else None
+        elif "Batch output sanity check" in msg:
+            launcher["sanity_check"] = {"line": n, "passed": "sanity check passed" in msg, "text": text}
+            self.boot.evidence = True
+        elif "Warm-up done in" in msg:
+            m = _WARMUP.search(msg)
+            launcher["warmup"] = {"line": n, "seconds": float(m.group("s")) if m else None, "text": text}
+            self.boot.evidence = True
+        else:
+            return
+        launcher.setdefault("lines", []).append({"line": n, "text": text})
+
+    def _warning(self, msg: str) -> None:
+        m = _PYWARNING.search(msg)
+        if m:
+            kind = m.group("kind")
+        elif "invalid scales" in msg:
+            kind = "invalid_scales"
+        else:
+            return
+        self.boot.warnings[kind] = self.boot.warnings.get(kind, 0) + 1
 
     def _capture(self, n: int, rank: Optional[int], msg: str) -> None:
         m = _CAPTURE.search(msg)
@@ -762,9 +1019,18 @@ class BootLogParser:
             "boots": boots,
             "boot_start_line": boot.start_line if boots else None,
             "boot_start_text": boot.start_text if boots else None,
-            "boot": {"rank": boot.rank, "tp": boot.tp,
-                     "ranks_started": sorted(boot.ranks_started)},
+            "boot": {"rank": boot.rank, "tp": boot.tp, "ep": boot.ep, "nnodes": boot.nnodes,
+                     "ranks_started": sorted(boot.ranks_started), "rank_source": boot.rank_source},
             "boot_history": history,
+            "launches": history,
+            "server_args": boot.server_args,
+            "launcher": self._launcher_result(boot),
+            "weights": self._weights_result(boot),
+            "weights_by_rank": {k: [dict(e) for e in v] for k, v in boot.weights.items()},
+            "startup_timings": boot.startup,
+            "worker_up": boot.worker_up or {"up": False, "line": None, "address": None, "text": None},
+            "warnings": dict(boot.warnings),
+            "warnings_total": sum(boot.warnings.values()),
             "status": self._status(boot, boots),
             "kv": _prefer(boot.kv),
             "kv_by_rank": {k: dict(v) for k, v in boot.kv.items()},
@@ -789,8 +1055,16 @@ class BootLogParser:
             return "failed"
         if boot.ready is not None:
             return "ready"
-        if boot.captures or boot.draft or boot.decode_count or boot.periodic_count:
-            return "loaded"  # loaded and serving its part, but no Ready line: what a worker rank prints
+        if boot.worker_up is not None:
+            return "up"      # a worker: its health server runs, Ready is the head's
+        if any(c.get("end_line") for c in boot.captures) or boot.decode_count or boot.periodic_count:
+            return "captured"
+        kv = boot.kv.values()
+        if any("pool_tokens" in e or "memory_pool_end_avail_mem_bytes" in e for e in kv):
+            return "pool"
+        if any(e.get("end_line") for loads in boot.weights.values() for e in loads) or boot.captures \
+                or boot.draft:
+            return "loaded"
         return "booting"
 
     def _summary(self, b: _Boot) -> dict:
@@ -800,9 +1074,33 @@ class BootLogParser:
             "end_line": b.end_line,
             "status": self._status(b, 1),
             "ready": b.ready is not None,
+            "worker_up": b.worker_up is not None,
+            "rank": b.rank,
+            "tp": b.tp,
             "errors_total": b.errors_total,
             "first_error": b.errors[0] if b.errors else None,
         }
+
+    @staticmethod
+    def _launcher_result(boot: _Boot) -> dict:
+        out = {"skip_prepare": None, "tp_pad": None, "dense_backend": None, "sanity_check": None,
+               "warmup": None, "lines": []}
+        out.update(boot.launcher)
+        return out
+
+    @staticmethod
+    def _weights_result(boot: _Boot) -> dict:
+        """The preferred rank's loads: the first is the target, a ``...DSpark`` type (or the second) the draft."""
+        out = {"target": None, "draft": None}
+        if not boot.weights:
+            return out
+        ranks = sorted(int(k) for k in boot.weights if k != "unknown")
+        loads = boot.weights[str(ranks[0])] if ranks else boot.weights["unknown"]
+        for i, e in enumerate(loads):
+            kind = "draft" if "DSpark" in str(e.get("type", "")) or (i and "type" not in e) else "target"
+            if out[kind] is None:
+                out[kind] = dict(e)
+        return out
 
     @staticmethod
     def _graphs(boot: _Boot) -> dict:
