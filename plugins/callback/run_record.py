@@ -33,7 +33,7 @@ import os
 from ansible.plugins.callback import CallbackBase
 
 RECORDED_MODULES = {
-    "engram_pack", "engram_status", "boot_log_facts", "autotune_cache", "fleet_snapshot", "engine_container",
+    "engram_pack", "engram_status", "boot_log_info", "boot_log_facts", "autotune_cache", "fleet_snapshot", "engine_container",
     "decode_bench", "bench_report", "node_preflight", "engine_liveness",
 }
 MAX_RESULT_CHARS = 200_000
@@ -129,7 +129,7 @@ class CallbackModule(CallbackBase):
                 entry["packed"] = {str(l.get("layer")): {"state": l.get("state"), "packed": l.get("packed")}
                                    for l in res["layers"]}
                 entry["all_packed"] = res.get("all_packed")
-            elif module == "boot_log_facts" and res.get("kv"):
+            elif module in ("boot_log_info", "boot_log_facts") and res.get("kv"):
                 entry["kv"] = res["kv"]
                 entry["autotune"] = res.get("autotune")
             elif module == "engine_container" and res.get("container"):
