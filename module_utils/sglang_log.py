@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """Parse an SGLang / DSV41 engine boot log into facts (FLEET.md sections 2, 3, 4, 7).
 
-Plain Python, standard library only: it runs on the fleet's hosts inside the ``boot_log_facts`` module
+Plain Python, standard library only: it runs on the fleet's hosts inside the ``boot_log_info`` module (and its alias ``boot_log_facts``)
 and in the controller's unit tests.
 
 How the log is read
@@ -22,23 +22,33 @@ Line hygiene: ANSI colour codes are removed; a trailing CR is dropped (CRLF logs
 ``(rank=1)`` and ``name | `` (compose) are stripped, in any combination, and the TP rank they carry is
 kept for the line. A last line without a newline is parsed like any other (``truncated_last_line``).
 
-Boots
------
-A log may hold several boots (a restart appended to the same file or journal); the LAST one counts and
-every fact is taken from it (line numbers stay absolute). A boot starts at
+Launches ("boots")
+------------------
+A log may hold several launches (``docker restart`` appends to the same container log; so does the recipe's
+``logs/dsv41.log``); the LAST one counts and every fact is taken from it (line numbers stay absolute);
+``launches`` lists each. A launch starts at (FLEET.md section 7a)
 
-1. a start line: ``Starting DSV41 rank R ...`` or the testbed simulator's ``dsv41 boot: rank=R tp=T``.
-   Start lines of different ranks that follow each other before the boot ended (an interleaved log of
-   several ranks) belong to one boot, and so does a start line that follows nothing but start lines (the
-   simulator prints ``dsv41 boot:`` then ``Starting DSV41``); otherwise a second start line for a rank
-   that already started, or any start line after the boot ended, opens a new boot;
-2. the first ``DSV4 memory calculation`` line after the current boot ended (Ready line or a failure),
-   unless it is tagged with a rank that has not printed its memory calculation in this boot yet
-   (interleaved ranks again).
+1. the image launcher's first lines (``DSV41 MXFP8 dense linears routed ...``, ``DSV41 TP pad installed``,
+   ``SKIP_PREPARE=...``, without a prefix): one opens a launch unless the current one holds nothing but
+   launcher lines;
+2. ``server_args={...}`` or ``server_args=ServerArgs(...)``: it joins a launch that holds only launcher
+   lines so far, or (a log interleaving several ranks) a launch that has not ended and has no server_args
+   of that ``node_rank`` yet; otherwise it opens a new launch. Its ``node_rank``, ``tp_size``, ``ep_size``
+   and ``nnodes`` are the launch's rank, tp, ep and node count; without them the rank is that of the
+   ``[... TP<r> EP<e>]`` prefixes when only one rank prints;
+3. for logs of the old testbed simulator, its start lines ``dsv41 boot: rank=R tp=T`` / ``Starting DSV41
+   rank R`` (no real log has them; kept so that saved logs of older runs still parse);
+4. the first ``DSV4 memory calculation`` line after the current launch ended, unless it is tagged with a
+   rank that has not printed its memory calculation in this launch yet (a log cut before its launch lines).
+
+Everything from a launch's start to the next launch belongs to it: the Engram and draft lines of a restarted
+launch come before its memory calculation and are its own.
 
 Lines before the first start line form a boot of their own only when they hold something recognised.
 
-A boot "ended" once it printed ``Ready: API on port`` or an error (see ``ERROR_KINDS``).
+A launch "ended" once it printed ``Ready: API on port`` (head), ``Dummy health check server started``
+(worker) or an error (see ``ERROR_KINDS``). Quantities printed in ``GB`` are also reported as integer
+``*_bytes`` (SGLang's GB is 2**30 bytes) next to the printed ``*_text``.
 
 Known limits (documented, deliberate): a line containing two noise tokens (or one twice) can hide one
 other line of its block from the fast path; in noise blocks a (rank, layer) key that was never seen
@@ -1271,7 +1281,7 @@ def parse_bytes(data: bytes, markers: Iterable[str] = (), max_errors: int = 100,
 
 
 def parse_file(path: str, markers: Iterable[str] = (), max_errors: int = 100) -> dict:
-    """Parse the log at ``path`` (the function ``boot_log_facts`` uses). Raises OSError, LogNotText."""
+    """Parse the log at ``path`` (the function ``boot_log_info`` uses). Raises OSError, LogNotText."""
     with open(path, "rb", buffering=0) as stream:
         result = parse_stream(stream, markers=markers, max_errors=max_errors, where=path)
     result["path"] = os.path.abspath(path)
