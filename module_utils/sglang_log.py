@@ -63,9 +63,15 @@ import re
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterable, Optional
 
+try:  # as an Ansible module_utils (AnsiballZ bundles it)
+    from ansible.module_utils.sglang_log_lines import (  # noqa: F401  (re-exported)
+        _ANSI_B, _RANK_TAG_B, MAX_NUL_FRACTION, LogNotText, check_text, split_prefix, split_prefix_ep)
+except ImportError:  # plain Python with module_utils on sys.path (benchmarks/boot_log_bench.py)
+    from sglang_log_lines import (  # type: ignore[no-redef]  # noqa: F401
+        _ANSI_B, _RANK_TAG_B, MAX_NUL_FRACTION, LogNotText, check_text, split_prefix, split_prefix_ep)
+
 BLOCK_SIZE = 1 << 20
 TEXT_PROBE = 64 * 1024
-MAX_NUL_FRACTION = 0.01
 MAX_TEXT = 500
 PERIODIC_SCAN_LIMIT = 512
 
@@ -90,27 +96,6 @@ ERROR_KINDS = (
     "shard_invalid",
 )
 
-_BINARY_MAGIC = (
-    (b"\x1f\x8b", "gzip-compressed (zcat it first)"),
-    (b"\x7fELF", "an ELF executable"),
-    (b"\x28\xb5\x2f\xfd", "zstd-compressed (zstdcat it first)"),
-    (b"\xfd7zXZ\x00", "xz-compressed (xzcat it first)"),
-    (b"PK\x03\x04", "a zip archive"),
-    (b"BZh", None),  # only with the bzip2 block magic, checked below
-)
-
-_ANSI_B = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
-_PREFIX_ITEM = re.compile(
-    r"[ \t]*(?:"
-    r"(?P<docker>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
-    r"|\[(?P<br>\d{4}-\d\d-\d\d[^\]]{0,80}|(?:TP|rank)\s*=?\s*\d+[^\]]{0,40})\]"
-    r"|\((?:rank|tp)\s*[=: ]\s*(?P<pr>\d+)\)"
-    r"|(?P<svc>[A-Za-z][\w.-]{0,63})\s+\|(?= )"
-    r")[ \t]?"
-)
-_BR_RANK = re.compile(r"\bTP\s*(\d+)|\brank\s*=?\s*(\d+)")
-# An SGLang prefix anywhere in a line: a progress-bar fragment (tqdm, ``ESC[A``) can precede it.
-_SGL_PREFIX_ANY = re.compile(r"\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[^\]]{0,60}\]")
 
 # A launch (FLEET.md section 7a) starts with the image launcher's lines, then ``server_args=``.
 LAUNCHER_START = ("dense linears routed", "TP pad installed", "SKIP_PREPARE=")
@@ -134,8 +119,6 @@ _DENSE_BACKEND = re.compile(r"routed to FlashInfer backend '([^']+)'")
 # SGLang prints GPU memory as "GB" but computes it in GiB (free bytes / 2**30); the DSV4 memory calculation
 # agrees: available_bytes - swa_fixed = bytes_per_full_token * full_token / 2**30 (FLEET.md section 7a).
 UNIT_BYTES = {"GB": 1 << 30, "GiB": 1 << 30, "MB": 1 << 20, "MiB": 1 << 20}
-_RANK_TAG_B = re.compile(rb"\[[^\]]*?\bTP\s*(\d+)[^\]]*\]|\((?:rank|tp)\s*[=: ]\s*(\d+)\)")
-
 _START = re.compile(r"(?:Starting DSV41 rank|dsv41 boot: rank)\s*=?\s*(\d+)?(.*)")
 _START_TP = re.compile(r"\btp\s*[= ]\s*(\d+)|\bof\s+(\d+)\b|^/(\d+)", re.I)
 _KV_PAIR = re.compile(r"([A-Za-z_][\w]*)\s*=\s*(-?\d+(?:\.\d+)?)\s*(GB|GiB|MB|MiB)?")
@@ -182,10 +165,6 @@ _EXCEPTION = re.compile(
     r"|^[A-Za-z_][\w.]*: "
 )
 _FIELD_NAME = re.compile(r"[^a-z0-9]+")
-
-
-class LogNotText(ValueError):
-    """The input is not a text log (compressed, binary, NUL bytes)."""
 
 
 @dataclass
@@ -323,66 +302,6 @@ def _quantity(entry: dict, name: str, num: str, unit: str, number: bool = True) 
 
 def _rank_key(rank: Optional[int]) -> str:
     return "unknown" if rank is None else str(rank)
-
-
-def split_prefix(text: str) -> tuple:
-    """Return ``(rank or None, message)``: strip docker/SGLang/rank/compose prefixes, keep the rank."""
-    rank, _, msg = split_prefix_ep(text)
-    return rank, msg
-
-
-_BR_EP = re.compile(r"\bEP\s*(\d+)")
-
-
-def split_prefix_ep(text: str) -> tuple:
-    """``(rank, ep, message)``; a progress-bar fragment before an SGLang ``[date time ...]`` prefix is dropped."""
-    rank = ep = None
-    pos = 0
-    n = len(text)
-    bracket = False
-    while pos < n:
-        m = _PREFIX_ITEM.match(text, pos)
-        if not m or m.end() == pos:
-            if not bracket:
-                # tqdm redraws its bar with CR and ESC[A, then the next log line follows on the same line
-                b = _SGL_PREFIX_ANY.search(text, pos)
-                if b is not None and b.start() > pos:
-                    pos = b.start()
-                    continue
-            break
-        br = m.group("br")
-        if br is not None:
-            bracket = True
-            r = _BR_RANK.search(br)
-            if r:
-                rank = int(r.group(1) or r.group(2))
-            e = _BR_EP.search(br)
-            if e:
-                ep = int(e.group(1))
-        elif m.group("pr") is not None:
-            rank = int(m.group("pr"))
-        elif m.group("svc") is not None and pos != 0:
-            break  # a "name |" prefix only counts at the very start of the line
-        pos = m.end()
-    return rank, ep, text[pos:]
-
-
-def check_text(head: bytes, where: str = "the log") -> None:
-    """Raise ``LogNotText`` when ``head`` (the first 64 KiB) is not a text log."""
-    for magic, what in _BINARY_MAGIC:
-        if head.startswith(magic):
-            if what is None:
-                if head[4:10] != b"1AY&SY":
-                    continue
-                what = "bzip2-compressed (bzcat it first)"
-            raise LogNotText(f"{where} is not a text log: it is {what}.")
-    if head:
-        nul = head.count(b"\x00")
-        if nul > MAX_NUL_FRACTION * len(head):
-            raise LogNotText(
-                f"{where} is not a text log: {nul} NUL bytes in its first {len(head)} bytes "
-                f"({100.0 * nul / len(head):.1f}% > {100 * MAX_NUL_FRACTION:.0f}%)."
-            )
 
 
 class BootLogParser:
