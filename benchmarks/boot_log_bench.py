@@ -29,34 +29,47 @@ sys.path.insert(0, str(ROOT / "module_utils"))
 import sglang_log  # noqa: E402  (module_utils is plain Python: import it directly)
 
 BOOT = """\
-[{t} TP0] dsv41 boot: rank=0 tp=3
-[{t} TP0] Starting DSV41 rank 0 of 3 (image dsv41-3x-spark:local)
-[{t} TP0] Load weight begin. avail mem=118.42 GB
-[{t} TP0] Exact nvme Engram layer=1 rank=0 rows=[0,128000000) cache=0.0GiB (0 slots, 4-way, 0.0% of owned rows) scales=0.8GiB io_threads=96 packed=True
-[{t} TP0] Exact nvme Engram layer=14 rank=0 rows=[0,128000000) cache=0.0GiB (0 slots, 4-way, 0.0% of owned rows) scales=0.8GiB io_threads=96 packed=True
-[{t} TP0] Load weight end. type=DeepseekV4ForCausalLM, dtype=torch.bfloat16, avail mem=21.37 GB, mem usage=97.05 GB.
-[{t} TP0] DSV4 memory calculation: bytes_per_full_token=1670.75, available_bytes=8.84 GB, c128_state_fixed=0.00 GB, swa_fixed=0.30 GB, full_token=5491200
-[{t} TP0] max_total_num_tokens=2999808, chunked_prefill_size=1024, max_prefill_tokens=16384, max_running_requests=4, context_len=1048576, available_gpu_mem=7.68 GB
-[{t} TP0] FlashInfer autotune: per-rank caches disagree, discarding them and tuning from scratch so all ranks agree on the tactics.
-[{t} TP0] Running FlashInfer autotune with cache: /root/.cache/sglang/flashinfer/autotune/0.6.1/sm121/0123456789abcdef/rank_tp0_pp0_dp0.json
-[{t} TP0] FlashInfer autotune completed.
-[{t} TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=7.10 GB
-[{t} TP0] Capture target verify CUDA graph begin. backend=full, num_tokens_per_req=6, bs=[1, 2, 3, 4], avail mem=6.95 GB
-[{t} TP0] Initialized DSpark draft runner. draft_model=DSpark, block_size=3, gamma=5, verify_num_draft_tokens=6
+DSV41 MXFP8 dense linears routed to FlashInfer backend 'b12x' (zero block scales of padded shards encoded as 1.0)
+DSV41 TP pad installed (tp=3)
+SKIP_PREPARE=1 — using existing checkpoint
+/sgl-workspace/sglang/python/sglang/launch_server.py:63: UserWarning: 'python -m sglang.launch_server' is still supported, but 'sglang serve' is the recommended entrypoint.
+[{t}] Hybrid SWA model detected. architectures=['DeepseekV4ForCausalLM']
+[{t}] server_args={{'model_path': '/models/DeepSeek-V4.1-Flash', 'tokenizer_path': '/models/DeepSeek-V4.1-Flash', 'host': '0.0.0.0', 'port': 8888, 'mem_fraction_static': 0.95, 'max_running_requests': 4, 'max_total_tokens': 3000000, 'chunked_prefill_size': 1024, 'nnodes': 3, 'node_rank': 0, 'tp_size': 3, 'dist_init_addr': '10.0.0.1:20000', 'api_key': '[REDACTED]', 'enable_metrics': False, 'speculative_algorithm': 'DSPARK', 'ep_size': 3, 'disable_cuda_graph': False}}
+[{t} TP0 EP0] Init torch distributed begin.
+[{t} TP0 EP0] Load weight begin. avail mem=111.47 GB
+[{t} TP0 EP0] Exact nvme Engram layer=1 rank=0 rows=[0,128002056) cache=0.0GiB (0 slots, 4-way, 0.0% of owned rows) scales=0.0GiB io_threads=96 packed=True
+[{t} TP0 EP0] Exact nvme Engram layer=14 rank=0 rows=[0,128002056) cache=0.0GiB (0 slots, 4-way, 0.0% of owned rows) scales=0.0GiB io_threads=96 packed=True
+[{t} TP0 EP0] Load weight end. elapsed=541.76 s, type=DeepseekV4ForCausalLM, quant=fp8, avail mem=17.47 GB, mem usage=94.00 GB.
+[{t} TP0 EP0] Load weight begin. avail mem=17.54 GB
+[{t} TP0 EP0] Load weight end. elapsed=74.58 s, type=DeepseekV4ForCausalLMDSpark, quant=fp8, avail mem=14.74 GB, mem usage=2.80 GB.
+[{t} TP0 EP0] Initialized DSpark draft runner. attention_backend=dsv4, model=DeepseekV4ForCausalLMDSpark, gamma=5, verify_num_draft_tokens=6, unified=False
+[{t} TP0 EP0] DSV4 memory calculation: bytes_per_full_token=1670.75, available_bytes=8.84 GB, c128_state_fixed=0.00 GB, swa_fixed=0.30 GB, full_token=5491200
+[{t} TP0 EP0] DSV4 pool sizes: full=5491200, swa=13312, c4=1372800, c128=42900, c4_state=1664, c128_state=0
+[{t} TP0 EP0] DSV4 pool sizes: full=2999808, swa=13312, c4=749952, c128=23436, c4_state=1664, c128_state=0
+[{t} TP0 EP0] Memory pool end. avail mem=9.90 GB
+[{t} TP0 EP0] FlashInfer autotune: per-rank caches disagree, discarding them and tuning from scratch so all ranks agree on the tactics.
+[{t} TP0 EP0] Running FlashInfer autotune with cache: /root/.cache/sglang/flashinfer/autotune/0.6.18/sm121/0123456789abcdef/rank_tp0_pp0_dp0.json
+[{t} TP0 EP0] FlashInfer autotune completed.
+[{t} TP0 EP0] Capture target verify CUDA graph begin. backend=full, num_tokens_per_req=6, bs=[1, 2, 3, 4], avail mem=8.20 GB
+[{t} TP0 EP0] Capture target verify CUDA graph end. elapsed=13.48 s, mem usage=0.58 GB, avail mem=7.62 GB.
+[{t} TP0 EP0] max_total_num_tokens=2999808, chunked_prefill_size=1024, max_prefill_tokens=16384, max_running_requests=4, context_len=1048576, available_gpu_mem=7.68 GB
+[{t}] Engine startup timings (s): load_weight=616.34, kv_cache_allocation=6.68, scheduler_e2e=761.30, cuda_graph={{prefill=0.00, decode=0.00, target_verify=13.48, draft_decode=4.26}}, tokenizer_e2e=766.76
 [{t}] The server is fired up and ready to roll!
-[{t}] Fresh inference passed: 19 + 23 = 42
-[{t}] Ready: API on port 8888 (rank 0). Key is in /state/api-key.
+Fresh inference passed: 19 + 23 = 42
+Batch output sanity check passed: batch of 4 returned Latin prose.
+Warm-up done in 15s (4 prompt sizes + one batch of 4)
+Ready: API on port 8888 (rank 0). Key is in /state/api-key.
 """
 
-DECODE = ("[{t} TP0] Decode batch, #running-req: {r}, #full token: {ft}, full token usage: {u:.2f}, "
+DECODE = ("[{t} TP0 EP0] Decode batch, #running-req: {r}, #full token: {ft}, full token usage: {u:.2f}, "
           "#swa token: {sw}, swa token usage: 0.00, accept len: {al:.2f}, accept rate: {ar:.2f}, "
           "cuda graph: True, gen throughput (token/s): {g:.2f}, #queue-req: 0\n")
-PERIODIC = ("[{t} TP0] Engram layer={layer} lookups={lk} hit_rate={hr:.1f}% reads={rd} "
+PERIODIC = ("[{t} TP0 EP0] Engram layer={layer} lookups={lk} hit_rate={hr:.1f}% reads={rd} "
             "cache=0.0GiB(4-way) scales=0.8GiB threads=96 packed=True\n")
-PREFILL = ("[{t} TP0] Prefill batch, #new-seq: 1, #new-token: {n}, #cached-token: 0, full token usage: 0.00, "
+PREFILL = ("[{t} TP0 EP0] Prefill batch, #new-seq: 1, #new-token: {n}, #cached-token: 0, full token usage: 0.00, "
            "#running-req: 1, #queue-req: 0\n")
 ACCESS = '[{t}] INFO:     10.213.0.254:{p} - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
-WARNING = "[{t} TP0] WARNING: scheduler step took {ms} ms (straggler rank {r})\n"
+WARNING = "DSV41 block scales ... invalid scales\n"  # a real launcher warning (FLEET.md section 7a)
 # serving: the judged log. requests: plus a Prefill and an access line per request (every ~25 lines).
 # sparse: plus a warning every ~500 lines (the degraded case: blocks with odd lines go to sub-blocks).
 PROFILES = ("serving", "requests", "sparse")

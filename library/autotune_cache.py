@@ -88,7 +88,7 @@ attributes:
 notes:
   - Standard library only on the host. Cache files are small; each is hashed with SHA-256 on every run.
 seealso:
-  - module: boot_log_facts
+  - module: boot_log_info
 """
 
 EXAMPLES = r"""

@@ -125,7 +125,7 @@ notes:
   - Engine ranks rendezvous at boot, so restarting one rank alone is seldom useful; roles/engine decides which
     ranks boot and in which order (workers first, then the head).
 seealso:
-  - module: boot_log_facts
+  - module: boot_log_info
 """
 
 EXAMPLES = r"""

@@ -89,7 +89,7 @@ attributes:
 notes:
   - Uses only the Python standard library on the host, plus the C(nvidia-smi), C(docker) and C(systemctl) commands.
 seealso:
-  - module: boot_log_facts
+  - module: boot_log_info
 """
 
 EXAMPLES = r"""

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """Parse an SGLang / DSV41 engine boot log into facts (FLEET.md sections 2, 3, 4, 7).
 
-Plain Python, standard library only: it runs on the fleet's hosts inside the ``boot_log_facts`` module
+Plain Python, standard library only: it runs on the fleet's hosts inside the ``boot_log_info`` module (and its alias ``boot_log_facts``)
 and in the controller's unit tests.
 
 How the log is read
@@ -22,23 +22,33 @@ Line hygiene: ANSI colour codes are removed; a trailing CR is dropped (CRLF logs
 ``(rank=1)`` and ``name | `` (compose) are stripped, in any combination, and the TP rank they carry is
 kept for the line. A last line without a newline is parsed like any other (``truncated_last_line``).
 
-Boots
------
-A log may hold several boots (a restart appended to the same file or journal); the LAST one counts and
-every fact is taken from it (line numbers stay absolute). A boot starts at
+Launches ("boots")
+------------------
+A log may hold several launches (``docker restart`` appends to the same container log; so does the recipe's
+``logs/dsv41.log``); the LAST one counts and every fact is taken from it (line numbers stay absolute);
+``launches`` lists each. A launch starts at (FLEET.md section 7a)
 
-1. a start line: ``Starting DSV41 rank R ...`` or the testbed simulator's ``dsv41 boot: rank=R tp=T``.
-   Start lines of different ranks that follow each other before the boot ended (an interleaved log of
-   several ranks) belong to one boot, and so does a start line that follows nothing but start lines (the
-   simulator prints ``dsv41 boot:`` then ``Starting DSV41``); otherwise a second start line for a rank
-   that already started, or any start line after the boot ended, opens a new boot;
-2. the first ``DSV4 memory calculation`` line after the current boot ended (Ready line or a failure),
-   unless it is tagged with a rank that has not printed its memory calculation in this boot yet
-   (interleaved ranks again).
+1. the image launcher's first lines (``DSV41 MXFP8 dense linears routed ...``, ``DSV41 TP pad installed``,
+   ``SKIP_PREPARE=...``, without a prefix): one opens a launch unless the current one holds nothing but
+   launcher lines;
+2. ``server_args={...}`` or ``server_args=ServerArgs(...)``: it joins a launch that holds only launcher
+   lines so far, or (a log interleaving several ranks) a launch that has not ended and has no server_args
+   of that ``node_rank`` yet; otherwise it opens a new launch. Its ``node_rank``, ``tp_size``, ``ep_size``
+   and ``nnodes`` are the launch's rank, tp, ep and node count; without them the rank is that of the
+   ``[... TP<r> EP<e>]`` prefixes when only one rank prints;
+3. for logs of the old testbed simulator, its start lines ``dsv41 boot: rank=R tp=T`` / ``Starting DSV41
+   rank R`` (no real log has them; kept so that saved logs of older runs still parse);
+4. the first ``DSV4 memory calculation`` line after the current launch ended, unless it is tagged with a
+   rank that has not printed its memory calculation in this launch yet (a log cut before its launch lines).
+
+Everything from a launch's start to the next launch belongs to it: the Engram and draft lines of a restarted
+launch come before its memory calculation and are its own.
 
 Lines before the first start line form a boot of their own only when they hold something recognised.
 
-A boot "ended" once it printed ``Ready: API on port`` or an error (see ``ERROR_KINDS``).
+A launch "ended" once it printed ``Ready: API on port`` (head), ``Dummy health check server started``
+(worker) or an error (see ``ERROR_KINDS``). Quantities printed in ``GB`` are also reported as integer
+``*_bytes`` (SGLang's GB is 2**30 bytes) next to the printed ``*_text``.
 
 Known limits (documented, deliberate): a line containing two noise tokens (or one twice) can hide one
 other line of its block from the fast path; in noise blocks a (rank, layer) key that was never seen
@@ -53,9 +63,15 @@ import re
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterable, Optional
 
+try:  # as an Ansible module_utils (AnsiballZ bundles it)
+    from ansible.module_utils.sglang_log_lines import (  # noqa: F401  (re-exported)
+        _ANSI_B, _RANK_TAG_B, MAX_NUL_FRACTION, LogNotText, check_text, split_prefix, split_prefix_ep)
+except ImportError:  # plain Python with module_utils on sys.path (benchmarks/boot_log_bench.py)
+    from sglang_log_lines import (  # type: ignore[no-redef]  # noqa: F401
+        _ANSI_B, _RANK_TAG_B, MAX_NUL_FRACTION, LogNotText, check_text, split_prefix, split_prefix_ep)
+
 BLOCK_SIZE = 1 << 20
 TEXT_PROBE = 64 * 1024
-MAX_NUL_FRACTION = 0.01
 MAX_TEXT = 500
 PERIODIC_SCAN_LIMIT = 512
 
@@ -80,27 +96,29 @@ ERROR_KINDS = (
     "shard_invalid",
 )
 
-_BINARY_MAGIC = (
-    (b"\x1f\x8b", "gzip-compressed (zcat it first)"),
-    (b"\x7fELF", "an ELF executable"),
-    (b"\x28\xb5\x2f\xfd", "zstd-compressed (zstdcat it first)"),
-    (b"\xfd7zXZ\x00", "xz-compressed (xzcat it first)"),
-    (b"PK\x03\x04", "a zip archive"),
-    (b"BZh", None),  # only with the bzip2 block magic, checked below
-)
 
-_ANSI_B = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
-_PREFIX_ITEM = re.compile(
-    r"[ \t]*(?:"
-    r"(?P<docker>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
-    r"|\[(?P<br>\d{4}-\d\d-\d\d[^\]]{0,80}|(?:TP|rank)\s*=?\s*\d+[^\]]{0,40})\]"
-    r"|\((?:rank|tp)\s*[=: ]\s*(?P<pr>\d+)\)"
-    r"|(?P<svc>[A-Za-z][\w.-]{0,63})\s+\|(?= )"
-    r")[ \t]?"
-)
-_BR_RANK = re.compile(r"\bTP\s*(\d+)|\brank\s*=?\s*(\d+)")
-_RANK_TAG_B = re.compile(rb"\[[^\]]*?\bTP\s*(\d+)[^\]]*\]|\((?:rank|tp)\s*[=: ]\s*(\d+)\)")
-
+# A launch (FLEET.md section 7a) starts with the image launcher's lines, then ``server_args=``.
+LAUNCHER_START = ("dense linears routed", "TP pad installed", "SKIP_PREPARE=")
+_SERVER_ARGS = re.compile(r"\bserver_args\s*=\s*(?P<dc>ServerArgs\()?")
+_SA_DICT_ITEM = re.compile(r"'(?P<key>\w+)':\s*(?P<val>'(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^,{}\[\]()]+)")
+_SA_DC_ITEM = re.compile(r"(?<![\w.])(?P<key>[a-z_]\w*)=(?P<val>'(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^,{}\[\]()]+)")
+_PYWARNING = re.compile(r":\d+: (?P<kind>[A-Z]\w*Warning): ")
+_LOAD_END = re.compile(r"Load weight end\.(?P<rest>.*)")
+_ELAPSED = re.compile(r"(?:\belapsed\s*=\s*|Time elapsed:\s*)(-?\d+(?:\.\d+)?)\s*s")
+_QTY = re.compile(r"\b(?P<key>avail mem|mem usage)\s*=\s*(?P<num>-?\d+(?:\.\d+)?)\s*(?P<unit>GB|GiB|MB|MiB)")
+_CAPTURE_END = re.compile(r"Capture (?P<what>.*?)\s*(?:CUDA|cuda) graph end")
+_POOL_SIZES = re.compile(r"DSV4 pool sizes:\s*(?P<rest>.*)")
+_INT_PAIR = re.compile(r"(\w+)=(-?\d+)\b")
+_STARTUP = re.compile(r"Engine startup timings \(s\):\s*(?P<rest>.*)")
+_NESTED = re.compile(r"(\w+)=\{([^}]*)\}")
+_FLOAT_PAIR = re.compile(r"(\w+)=(-?\d+(?:\.\d+)?)")
+_DUMMY_HEALTH = re.compile(r"Dummy health check server started.*?\bat\s+(?P<addr>\S+)")
+_WARMUP = re.compile(r"Warm-up done in\s*(?P<s>\d+(?:\.\d+)?)\s*s")
+_TP_PAD = re.compile(r"TP pad installed \(tp=(\d+)\)")
+_DENSE_BACKEND = re.compile(r"routed to FlashInfer backend '([^']+)'")
+# SGLang prints GPU memory as "GB" but computes it in GiB (free bytes / 2**30); the DSV4 memory calculation
+# agrees: available_bytes - swa_fixed = bytes_per_full_token * full_token / 2**30 (FLEET.md section 7a).
+UNIT_BYTES = {"GB": 1 << 30, "GiB": 1 << 30, "MB": 1 << 20, "MiB": 1 << 20}
 _START = re.compile(r"(?:Starting DSV41 rank|dsv41 boot: rank)\s*=?\s*(\d+)?(.*)")
 _START_TP = re.compile(r"\btp\s*[= ]\s*(\d+)|\bof\s+(\d+)\b|^/(\d+)", re.I)
 _KV_PAIR = re.compile(r"([A-Za-z_][\w]*)\s*=\s*(-?\d+(?:\.\d+)?)\s*(GB|GiB|MB|MiB)?")
@@ -147,10 +165,6 @@ _EXCEPTION = re.compile(
     r"|^[A-Za-z_][\w.]*: "
 )
 _FIELD_NAME = re.compile(r"[^a-z0-9]+")
-
-
-class LogNotText(ValueError):
-    """The input is not a text log (compressed, binary, NUL bytes)."""
 
 
 @dataclass
@@ -201,7 +215,18 @@ class _Boot:
     explicit: bool = False
     rank: Optional[int] = None
     tp: Optional[int] = None
+    ep: Optional[int] = None
+    nnodes: Optional[int] = None
+    rank_source: Optional[str] = None
     ranks_started: set = field(default_factory=set)
+    prefix_ranks: dict = field(default_factory=dict)  # rank -> ep seen in "[... TP<r> EP<e>]"
+    server_args: Optional[dict] = None
+    server_args_ranks: set = field(default_factory=set)
+    launcher: dict = field(default_factory=dict)
+    weights: dict = field(default_factory=dict)     # rank key -> [load entries]
+    startup: Optional[dict] = None
+    worker_up: Optional[dict] = None
+    warnings: dict = field(default_factory=dict)
     mem_calc_ranks: set = field(default_factory=set)
     evidence: bool = False
     ended: bool = False
@@ -262,48 +287,21 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "..."
 
 
+_AVAIL_MEM_UNIT = re.compile(r"avail mem\s*=\s*(-?\d+(?:\.\d+)?)\s*(GB|GiB|MB|MiB)")
+
+
+def _quantity(entry: dict, name: str, num: str, unit: str, number: bool = True) -> None:
+    """``<name>_text`` (as printed), ``<name>_bytes`` (an integer) and, with ``number``, ``<name>_gb``."""
+    if name.endswith("_gb"):
+        name = name[:-3]
+    entry[f"{name}_text"] = f"{num} {unit}"
+    entry[f"{name}_bytes"] = int(round(float(num) * UNIT_BYTES[unit]))
+    if number:
+        entry[f"{name}_gb"] = float(num)
+
+
 def _rank_key(rank: Optional[int]) -> str:
     return "unknown" if rank is None else str(rank)
-
-
-def split_prefix(text: str) -> tuple:
-    """Return ``(rank or None, message)``: strip docker/SGLang/rank/compose prefixes, keep the rank."""
-    rank = None
-    pos = 0
-    n = len(text)
-    while pos < n:
-        m = _PREFIX_ITEM.match(text, pos)
-        if not m or m.end() == pos:
-            break
-        br = m.group("br")
-        if br is not None:
-            r = _BR_RANK.search(br)
-            if r:
-                rank = int(r.group(1) or r.group(2))
-        elif m.group("pr") is not None:
-            rank = int(m.group("pr"))
-        elif m.group("svc") is not None and pos != 0:
-            break  # a "name |" prefix only counts at the very start of the line
-        pos = m.end()
-    return rank, text[pos:]
-
-
-def check_text(head: bytes, where: str = "the log") -> None:
-    """Raise ``LogNotText`` when ``head`` (the first 64 KiB) is not a text log."""
-    for magic, what in _BINARY_MAGIC:
-        if head.startswith(magic):
-            if what is None:
-                if head[4:10] != b"1AY&SY":
-                    continue
-                what = "bzip2-compressed (bzcat it first)"
-            raise LogNotText(f"{where} is not a text log: it is {what}.")
-    if head:
-        nul = head.count(b"\x00")
-        if nul > MAX_NUL_FRACTION * len(head):
-            raise LogNotText(
-                f"{where} is not a text log: {nul} NUL bytes in its first {len(head)} bytes "
-                f"({100.0 * nul / len(head):.1f}% > {100 * MAX_NUL_FRACTION:.0f}%)."
-            )
 
 
 class BootLogParser:
@@ -478,15 +476,25 @@ class BootLogParser:
         text = raw.decode("utf-8", "replace")
         if text.endswith("\r"):
             text = text.rstrip("\r")
-        tag, msg = split_prefix(text)
+        tag, ep, msg = split_prefix_ep(text)
         n = self.lineno
 
-        if "Starting DSV41 rank" in msg or "dsv41 boot: rank" in msg:
+        if tag is None and any(t in msg for t in LAUNCHER_START):
+            self._launcher_start(n, text)
+        elif "server_args=" in msg:
+            self._server_args(n, msg, text)
+        elif "Starting DSV41 rank" in msg or "dsv41 boot: rank" in msg:
             self._start_line(n, tag, msg, text)
         elif "DSV4 memory calculation" in msg:
             self._memory_calc_boundary(n, tag, text)
 
         boot = self.boot
+        if tag is not None and tag not in boot.prefix_ranks:
+            boot.prefix_ranks[tag] = ep
+            if boot.rank is None and boot.rank_source is None and len(boot.prefix_ranks) == 1:
+                boot.rank, boot.rank_source = tag, "prefix"
+            elif boot.rank_source == "prefix":
+                boot.rank = None  # several ranks' prefixes in one log: no single default rank
         rank = tag if tag is not None else boot.rank
         stripped = msg.strip()
 
@@ -495,8 +503,29 @@ class BootLogParser:
 
         if "DSV4 memory calculation" in msg or "max_total_num_tokens=" in msg:
             self._kv(rank, msg)
+        elif "DSV4 pool sizes:" in msg:
+            self._pool_sizes(n, rank, msg)
+        elif "Memory pool end" in msg:
+            self._pool_end(rank, msg)
+        elif "Load weight begin" in msg:
+            self._load_begin(n, rank, msg)
+        elif "Load weight end" in msg:
+            self._load_end(n, rank, msg)
+        elif "Engine startup timings" in msg:
+            self._startup(n, msg)
+        elif "Dummy health check server started" in msg:
+            m = _DUMMY_HEALTH.search(msg)
+            boot.worker_up = {"up": True, "line": n, "address": m.group("addr") if m else None, "text": _clip(text)}
+            boot.ended = True
+            boot.evidence = True
+        elif tag is None:
+            self._launcher_line(n, msg)
         if "graph begin" in msg:
             self._capture(n, rank, msg)
+        elif "graph end" in msg:
+            self._capture_end(n, rank, msg)
+        if "Warning" in msg or "invalid scales" in msg:
+            self._warning(msg)
         if "draft runner" in msg:
             self._draft(n, rank, msg)
         if "nvme Engram layer=" in msg:
@@ -559,6 +588,52 @@ class BootLogParser:
         if rank is not None:
             boot.ranks_started.add(rank)
 
+    def _launcher_start(self, n: int, text: str) -> None:
+        """A launcher line opens a launch unless the current one holds nothing but launcher lines."""
+        boot = self.boot
+        if boot.server_args is not None or boot.evidence or (boot.explicit and not boot.launcher):
+            self._new_boot(n, text, explicit=True)
+        elif not boot.explicit:
+            boot.start_line, boot.start_text = n, _clip(text)
+        self.boot.explicit = True
+        self._launcher_line(n, text)
+
+    def _server_args(self, n: int, msg: str, text: str) -> None:
+        m = _SERVER_ARGS.search(msg)
+        body = msg[m.end():] if m else msg
+        item = _SA_DC_ITEM if m and m.group("dc") else _SA_DICT_ITEM
+        fields = {}
+        for g in item.finditer(body):
+            val = g.group("val").strip()
+            fields[g.group("key")] = val[1:-1] if val[:1] in "'\"" and len(val) > 1 else _value(val)
+        node_rank = fields.get("node_rank") if isinstance(fields.get("node_rank"), int) else None
+        boot = self.boot
+        # Joins the current launch when that one printed only launcher lines so far, or (a log that
+        # interleaves several ranks) when another rank's server_args follows before the launch ended.
+        joins = boot.server_args is None and not boot.evidence or (
+            boot.server_args is not None and not boot.ended and node_rank is not None
+            and node_rank not in boot.server_args_ranks)
+        if not joins:
+            self._new_boot(n, text, explicit=True)
+            boot = self.boot
+        elif not boot.explicit:
+            boot.start_line, boot.start_text = n, _clip(text)
+        boot.explicit = True
+        boot.evidence = True
+        if boot.server_args is None:
+            boot.server_args = {"line": n, "form": "dataclass" if m and m.group("dc") else "dict",
+                                "fields": fields, "text": _clip(text)}
+        if node_rank is not None:
+            boot.server_args_ranks.add(node_rank)
+            boot.ranks_started.add(node_rank)
+        if len(boot.server_args_ranks) > 1:
+            boot.rank = None
+        elif node_rank is not None:
+            boot.rank, boot.rank_source = node_rank, "server_args"
+        for key, attr in (("tp_size", "tp"), ("ep_size", "ep"), ("nnodes", "nnodes")):
+            if isinstance(fields.get(key), int):
+                setattr(boot, attr, fields[key])
+
     def _memory_calc_boundary(self, n: int, tag: Optional[int], text: str) -> None:
         boot = self.boot
         if boot.ended and (tag is None or tag in boot.mem_calc_ranks or not boot.mem_calc_ranks):
@@ -570,12 +645,123 @@ class BootLogParser:
     def _kv(self, rank: Optional[int], msg: str) -> None:
         entry = self.boot.kv.setdefault(_rank_key(rank), {})
         for key, val, unit in _KV_PAIR.findall(msg):
+            base = key
             if key == "available_gpu_mem":
                 key = "available_gpu_mem_gb"
             entry[key] = _num(val)
             if unit:
                 entry.setdefault("units", {})[key] = unit
+                _quantity(entry, base, val, unit, number=False)
+            if key == "max_total_num_tokens":
+                entry["pool_tokens"] = entry[key]
         self.boot.evidence = True
+
+    def _pool_sizes(self, n: int, rank: Optional[int], msg: str) -> None:
+        """``DSV4 pool sizes: full=...``: printed before and after the --max-total-tokens cap; the last is the pool."""
+        m = _POOL_SIZES.search(msg)
+        sizes = {"line": n}
+        sizes.update({k: int(v) for k, v in _INT_PAIR.findall(m.group("rest") if m else msg)})
+        entry = self.boot.kv.setdefault(_rank_key(rank), {})
+        entry.setdefault("pool_sizes", []).append(sizes)
+        if "full" in sizes:
+            entry["pool_full_tokens"] = sizes["full"]
+            if "max_total_num_tokens" not in entry:
+                entry["pool_tokens"] = sizes["full"]
+        self.boot.evidence = True
+
+    def _pool_end(self, rank: Optional[int], msg: str) -> None:
+        m = _AVAIL_MEM_UNIT.search(msg)
+        if m:
+            entry = self.boot.kv.setdefault(_rank_key(rank), {})
+            _quantity(entry, "memory_pool_end_avail_mem", m.group(1), m.group(2))
+        self.boot.evidence = True
+
+    def _load_begin(self, n: int, rank: Optional[int], msg: str) -> None:
+        loads = self.boot.weights.setdefault(_rank_key(rank), [])
+        entry = {"rank": rank, "line": n, "end_line": None}
+        m = _AVAIL_MEM_UNIT.search(msg)
+        if m:
+            _quantity(entry, "begin_avail_mem", m.group(1), m.group(2))
+        loads.append(entry)
+        self.boot.evidence = True
+
+    def _load_end(self, n: int, rank: Optional[int], msg: str) -> None:
+        loads = self.boot.weights.setdefault(_rank_key(rank), [])
+        if not loads or loads[-1]["end_line"] is not None:
+            loads.append({"rank": rank, "line": None, "end_line": None})
+        entry = loads[-1]
+        entry["end_line"] = n
+        rest = _LOAD_END.search(msg).group("rest")
+        for key, val in re.findall(r"\b(type|quant|dtype)\s*=\s*([^\s,]+)", rest):
+            entry[key] = val
+        e = _ELAPSED.search(rest)
+        if e:
+            entry["elapsed_s"] = float(e.group(1))
+        for q in _QTY.finditer(rest):
+            _quantity(entry, q.group("key").replace(" ", "_"), q.group("num"), q.group("unit"))
+        self.boot.evidence = True
+
+    def _capture_end(self, n: int, rank: Optional[int], msg: str) -> None:
+        m = _CAPTURE_END.search(msg)
+        if m is None:
+            return
+        what = m.group("what").strip() or "cuda"
+        cap = next((c for c in reversed(self.boot.captures)
+                    if c["rank"] == rank and c.get("end_line") is None and c["what"] == what), None)
+        if cap is None:
+            cap = {"line": None, "rank": rank, "what": what}
+            self.boot.captures.append(cap)
+        cap["end_line"] = n
+        e = _ELAPSED.search(msg)
+        if e:
+            cap["elapsed_s"] = float(e.group(1))
+        for q in _QTY.finditer(msg):
+            key = "end_avail_mem" if q.group("key") == "avail mem" else "mem_usage"
+            _quantity(cap, key, q.group("num"), q.group("unit"))
+        self.boot.evidence = True
+
+    def _startup(self, n: int, msg: str) -> None:
+        rest = _STARTUP.search(msg).group("rest")
+        out: dict = {"line": n}
+        for name, inner in _NESTED.findall(rest):
+            out[name] = {k: float(v) for k, v in _FLOAT_PAIR.findall(inner)}
+        for name, val in _FLOAT_PAIR.findall(_NESTED.sub("", rest)):
+            out[name] = float(val)
+        self.boot.startup = out
+        self.boot.evidence = True
+
+    def _launcher_line(self, n: int, msg: str) -> None:
+        """The image launcher's own lines (boot.py, adapters): no prefix (FLEET.md section 7a)."""
+        launcher = self.boot.launcher
+        text = _clip(msg.strip())
+        if "SKIP_PREPARE=" in msg:
+            launcher["skip_prepare"] = "SKIP_PREPARE=1" in msg
+        elif "TP pad installed" in msg:
+            m = _TP_PAD.search(msg)
+            launcher["tp_pad"] = int(m.group(1)) if m else True
+        elif "dense linears routed" in msg:
+            m = _DENSE_BACKEND.search(msg)
+            launcher["dense_backend"] = m.group(1) if m else None
+        elif "Batch output sanity check" in msg:
+            launcher["sanity_check"] = {"line": n, "passed": "sanity check passed" in msg, "text": text}
+            self.boot.evidence = True
+        elif "Warm-up done in" in msg:
+            m = _WARMUP.search(msg)
+            launcher["warmup"] = {"line": n, "seconds": float(m.group("s")) if m else None, "text": text}
+            self.boot.evidence = True
+        else:
+            return
+        launcher.setdefault("lines", []).append({"line": n, "text": text})
+
+    def _warning(self, msg: str) -> None:
+        m = _PYWARNING.search(msg)
+        if m:
+            kind = m.group("kind")
+        elif "invalid scales" in msg:
+            kind = "invalid_scales"
+        else:
+            return
+        self.boot.warnings[kind] = self.boot.warnings.get(kind, 0) + 1
 
     def _capture(self, n: int, rank: Optional[int], msg: str) -> None:
         m = _CAPTURE.search(msg)
@@ -762,9 +948,18 @@ class BootLogParser:
             "boots": boots,
             "boot_start_line": boot.start_line if boots else None,
             "boot_start_text": boot.start_text if boots else None,
-            "boot": {"rank": boot.rank, "tp": boot.tp,
-                     "ranks_started": sorted(boot.ranks_started)},
+            "boot": {"rank": boot.rank, "tp": boot.tp, "ep": boot.ep, "nnodes": boot.nnodes,
+                     "ranks_started": sorted(boot.ranks_started), "rank_source": boot.rank_source},
             "boot_history": history,
+            "launches": history,
+            "server_args": boot.server_args,
+            "launcher": self._launcher_result(boot),
+            "weights": self._weights_result(boot),
+            "weights_by_rank": {k: [dict(e) for e in v] for k, v in boot.weights.items()},
+            "startup_timings": boot.startup,
+            "worker_up": boot.worker_up or {"up": False, "line": None, "address": None, "text": None},
+            "warnings": dict(boot.warnings),
+            "warnings_total": sum(boot.warnings.values()),
             "status": self._status(boot, boots),
             "kv": _prefer(boot.kv),
             "kv_by_rank": {k: dict(v) for k, v in boot.kv.items()},
@@ -789,8 +984,16 @@ class BootLogParser:
             return "failed"
         if boot.ready is not None:
             return "ready"
-        if boot.captures or boot.draft or boot.decode_count or boot.periodic_count:
-            return "loaded"  # loaded and serving its part, but no Ready line: what a worker rank prints
+        if boot.worker_up is not None:
+            return "up"      # a worker: its health server runs, Ready is the head's
+        if any(c.get("end_line") for c in boot.captures) or boot.decode_count or boot.periodic_count:
+            return "captured"
+        kv = boot.kv.values()
+        if any("pool_tokens" in e or "memory_pool_end_avail_mem_bytes" in e for e in kv):
+            return "pool"
+        if any(e.get("end_line") for loads in boot.weights.values() for e in loads) or boot.captures \
+                or boot.draft:
+            return "loaded"
         return "booting"
 
     def _summary(self, b: _Boot) -> dict:
@@ -800,9 +1003,33 @@ class BootLogParser:
             "end_line": b.end_line,
             "status": self._status(b, 1),
             "ready": b.ready is not None,
+            "worker_up": b.worker_up is not None,
+            "rank": b.rank,
+            "tp": b.tp,
             "errors_total": b.errors_total,
             "first_error": b.errors[0] if b.errors else None,
         }
+
+    @staticmethod
+    def _launcher_result(boot: _Boot) -> dict:
+        out = {"skip_prepare": None, "tp_pad": None, "dense_backend": None, "sanity_check": None,
+               "warmup": None, "lines": []}
+        out.update(boot.launcher)
+        return out
+
+    @staticmethod
+    def _weights_result(boot: _Boot) -> dict:
+        """The preferred rank's loads: the first is the target, a ``...DSpark`` type (or the second) the draft."""
+        out = {"target": None, "draft": None}
+        if not boot.weights:
+            return out
+        ranks = sorted(int(k) for k in boot.weights if k != "unknown")
+        loads = boot.weights[str(ranks[0])] if ranks else boot.weights["unknown"]
+        for i, e in enumerate(loads):
+            kind = "draft" if "DSpark" in str(e.get("type", "")) or (i and "type" not in e) else "target"
+            if out[kind] is None:
+                out[kind] = dict(e)
+        return out
 
     @staticmethod
     def _graphs(boot: _Boot) -> dict:
@@ -973,7 +1200,7 @@ def parse_bytes(data: bytes, markers: Iterable[str] = (), max_errors: int = 100,
 
 
 def parse_file(path: str, markers: Iterable[str] = (), max_errors: int = 100) -> dict:
-    """Parse the log at ``path`` (the function ``boot_log_facts`` uses). Raises OSError, LogNotText."""
+    """Parse the log at ``path`` (the function ``boot_log_info`` uses). Raises OSError, LogNotText."""
     with open(path, "rb", buffering=0) as stream:
         result = parse_stream(stream, markers=markers, max_errors=max_errors, where=path)
     result["path"] = os.path.abspath(path)

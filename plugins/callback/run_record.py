@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from env_text import mask_tree  # noqa: E402
 
 RECORDED_MODULES = {
-    "engram_pack", "engram_status", "boot_log_facts", "autotune_cache", "fleet_snapshot", "engine_container",
+    "engram_pack", "engram_status", "boot_log_info", "boot_log_facts", "autotune_cache", "fleet_snapshot", "engine_container",
     "decode_bench", "bench_report", "node_preflight", "engine_liveness",
 }
 MAX_RESULT_CHARS = 200_000
@@ -146,7 +146,7 @@ class CallbackModule(CallbackBase):
                 entry["packed"] = {str(l.get("layer")): {"state": l.get("state"), "packed": l.get("packed")}
                                    for l in res["layers"]}
                 entry["all_packed"] = res.get("all_packed")
-            elif module == "boot_log_facts" and res.get("kv"):
+            elif module in ("boot_log_info", "boot_log_facts") and res.get("kv"):
                 entry["kv"] = res["kv"]
                 entry["autotune"] = res.get("autotune")
             elif module == "engine_container" and res.get("container"):

@@ -349,7 +349,7 @@ class Engine:
 
     @staticmethod
     def _prefix() -> str:
-        return f"[{datetime.datetime.now().strftime('%Y-%m-%d %H:%M:%S')} TP0] "
+        return f"[{datetime.datetime.now().strftime('%Y-%m-%d %H:%M:%S')} TP0 EP0] "
 
     def server_info(self, with_timings: bool = False) -> dict:
         snap = self.snapshot()

@@ -47,10 +47,67 @@ class BootError(Exception):
 
 
 def log(line: str) -> None:
+    """A scheduler line of this rank: ``[date time TP<r> EP<r>]`` (FLEET.md section 7a; EP_SIZE = TP_SIZE)."""
     if not line.startswith("["):
-        line = f"[{time.strftime('%Y-%m-%d %H:%M:%S')} TP{os.environ.get('NODE_RANK', '?')}] {line}"
+        rank = os.environ.get("NODE_RANK", "?")
+        line = f"[{time.strftime('%Y-%m-%d %H:%M:%S')} TP{rank} EP{rank}] {line}"
+    raw(line)
+
+
+def log_main(line: str) -> None:
+    """A line of the main (tokenizer) process: ``[date time]`` only."""
+    raw(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {line}")
+
+
+def raw(line: str) -> None:
+    """A line of the image's launcher (boot.py, adapters) or a Python warning: no prefix."""
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
+
+
+def progress_bar(what: str, total: int, seconds: float) -> str:
+    """The fragment tqdm leaves before the next log line (CR redraws, then ESC[A): FLEET.md section 7a."""
+    rate = seconds / max(1, total)
+    return (f"{what}: 100% Completed | {total}/{total} [{int(seconds) // 60:02d}:{int(seconds) % 60:02d}<00:00, "
+            f"{rate:.2f}s/it]\x1b[A")
+
+
+def launcher_lines(env: dict, tp: int) -> list[str]:
+    """What the image's boot.py and adapters print before SGLang starts (FLEET.md section 7a)."""
+    lines = ["DSV41 MXFP8 dense linears routed to FlashInfer backend 'b12x' "
+             "(zero block scales of padded shards encoded as 1.0)"]
+    if tp & (tp - 1):   # 8 wo_a groups do not split evenly: the pad adapter pads them (TP3: 8 -> 12)
+        lines.append(f"DSV41 TP pad installed (tp={tp})")
+    if env.get("SKIP_PREPARE", "1") == "1":
+        lines.append("SKIP_PREPARE=1 — using existing checkpoint")
+    lines.append("/sgl-workspace/sglang/python/sglang/launch_server.py:63: UserWarning: "
+                 "'python -m sglang.launch_server' is still supported, but 'sglang serve' is the recommended entrypoint.")
+    return lines
+
+
+def server_args_line(env: dict, rank: int, tp: int, head: str, port: int) -> str:
+    """The ``server_args={...}`` line (dict form) with the fields sparkfleet reads."""
+    def num(name, default):
+        value = env.get(name, "") or default
+        try:
+            return int(value)
+        except ValueError:
+            return float(value)
+    args = {
+        "model_path": env.get("MODEL_PATH", "/models/DeepSeek-V4.1-Flash"),
+        "host": "0.0.0.0", "port": num("PORT", "8888"),
+        "mem_fraction_static": num("MEM_FRACTION_STATIC", "0.95"),
+        "max_running_requests": num("MAX_RUNNING_REQUESTS", "4"),
+        "max_total_tokens": num("MAX_TOTAL_TOKENS", "0") or None,
+        "chunked_prefill_size": num("CHUNKED_PREFILL_SIZE", "1024"),
+        "nnodes": tp, "node_rank": rank, "tp_size": tp,
+        "dist_init_addr": f"{head}:{port}",
+        "api_key": "[REDACTED]" if os.path.exists("/state/api-key") else None,
+        "enable_metrics": "--enable-metrics" in env.get("EXTRA_SGLANG_ARGS", ""),
+        "speculative_algorithm": env.get("SPEC_ALGO", "DSPARK"),
+        "ep_size": num("EP_SIZE", str(tp)),
+    }
+    return "server_args=" + repr(args)
 
 
 def switch_on(env: dict, name: str) -> bool:
@@ -485,19 +542,35 @@ def run() -> int:
     port = int(env.get("DIST_PORT", "20000"))
     scale = float(env.get("SIM_TIME_SCALE", "1.0"))
     timeout = float(env.get("SIM_RENDEZVOUS_TIMEOUT_S", "90"))
-    log(f"dsv41 boot: rank={rank} tp={tp} host={socket.gethostname()} head={head}:{port}")
-    log(f"Starting DSV41 rank {rank}/{tp}: model=/models/DeepSeek-V4.1-Flash spec={env.get('SPEC_ALGO', 'DSPARK')} "
-        f"block={env.get('DSPARK_BLOCK_SIZE', '3')} slots={env.get('MAX_RUNNING_REQUESTS', '4')}")
+    started = time.monotonic()
+    for line in launcher_lines(env, tp):
+        raw(line)
+    log_main("Hybrid SWA model detected. architectures=['DeepseekV4ForCausalLM']")
+    log_main(server_args_line(env, rank, tp, head, port))
+    log("Init torch distributed begin.")
     mem = meminfo()
     wo_a_path, wo_a_lines, wo_a_bytes = wo_a_state(env)
     markers, marker_bytes = adapter_markers(env)
     extra, poll_ms = contention_ms()
     desktop = desktop_active()
+    static = float(env.get("MEM_FRACTION_STATIC", "0.95")) * mem["MemTotal"]
+    log(f"Load weight begin. avail mem={min(static, mem['MemAvailable']) / GIB:.2f} GB")
     capacity = kv_capacity(env, mem, desktop, wo_a_bytes + marker_bytes)
     time.sleep(0.3 * scale)   # weight loading, compressed
     engram_lines, packed = engram_boot(env, rank, tp)
     for line in engram_lines:
         log(line)
+    load_s = 0.3 * scale
+    # The weights take what the static pool holds beyond the KV budget; the draft is ~2.8 GB of it.
+    draft_bytes = 2.80 * GIB
+    target_bytes = max(0.0, RANK_WEIGHTS_BYTES - draft_bytes)
+    after_target = static - target_bytes
+    raw(progress_bar("Loading safetensors checkpoint shards", 48, load_s)
+        + _prefixed(f"Load weight end. elapsed={load_s:.2f} s, type=DeepseekV4ForCausalLM, quant=fp8, "
+                    f"avail mem={after_target / GIB:.2f} GB, mem usage={target_bytes / GIB:.2f} GB."))
+    log(f"Load weight begin. avail mem={after_target / GIB:.2f} GB")
+    log(f"Load weight end. elapsed={0.05 * scale:.2f} s, type=DeepseekV4ForCausalLMDSpark, quant=fp8, "
+        f"avail mem={(after_target - draft_bytes) / GIB:.2f} GB, mem usage={draft_bytes / GIB:.2f} GB.")
     nccl = netib.setup(env, netib.oob_address(head, port), env.get("SIM_IB_ROOT", "/sys/class/infiniband"))
     for line in nccl["lines"]:
         log(line)
@@ -514,14 +587,13 @@ def run() -> int:
         infos = {int(r): v for r, v in reply["ranks"].items()}
         watch_peers([(0, sock, reader)], "head")
     fleet = [infos[r] for r in sorted(infos)]
-    log(f"Rendezvous complete: {tp} ranks at {head}:{port}")
-    for line in apply_autotune(decision, info["autotune"], env):
-        log(line)
     for line in wo_a_lines + markers:
         log(line)
     block = int(env.get("DSPARK_BLOCK_SIZE", "3") or 3)
     slots = int(env.get("MAX_RUNNING_REQUESTS", "4") or 4)
     avail = capacity["available"]
+    log(f"Initialized DSpark draft runner. attention_backend=dsv4, model=DeepseekV4ForCausalLMDSpark, "
+        f"gamma={block}, verify_num_draft_tokens={block + 1}")
     log(f"DSV4 memory calculation: bytes_per_full_token={BYTES_PER_FULL_TOKEN}, available_bytes={avail / 1e9:.2f} GB, "
         f"c128_state_fixed=0.00 GB, swa_fixed={SWA_FIXED / 1e9:.2f} GB, full_token={capacity['full_token']}")
     # The pool is the same on every rank: the smallest rank's capacity, clamped by the pin.
@@ -529,23 +601,41 @@ def run() -> int:
     pin = int(env.get("MAX_TOTAL_TOKENS", "0") or 0)
     tokens = capacity_tokens if not pin else min(pin, capacity_tokens)
     tokens = tokens // 256 * 256
+    log(pool_sizes_line(capacity["full_token"]))
+    log(pool_sizes_line(tokens))          # capped (by the pin, the smallest rank): this is the pool
+    log(f"Memory pool end. avail mem={avail / 1e9:.2f} GB")
+    for line in apply_autotune(decision, info["autotune"], env):
+        log(line)
     chunk = int(env.get("CHUNKED_PREFILL_SIZE", "1024") or 1024)
-    log(f"max_total_num_tokens={tokens}, chunked_prefill_size={chunk}, max_prefill_tokens=16384, "
-        f"max_running_requests={slots}, context_len=1048576, available_gpu_mem={avail / 1e9 - 0.12:.2f} GB")
-    log(f"Initialized DSpark draft runner. draft_model=/models/DeepSeek-V4.1-Flash/dspark, gamma={block}, "
-        f"verify_num_draft_tokens={block + 1}")
     log(f"Capture target verify CUDA graph begin. backend=full, num_tokens_per_req={block + 1}, "
         f"bs={list(range(1, slots + 1))}, avail mem={avail / 1e9:.2f} GB")
     time.sleep(0.2 * scale)
-    log(f"Capture target verify CUDA graph end. Time elapsed: {0.2 * scale:.2f} s. mem usage=0.41 GB. "
-        f"avail mem={avail / 1e9 - 0.41:.2f} GB")
+    log(f"Capture target verify CUDA graph end. elapsed={0.2 * scale:.2f} s, mem usage=0.41 GB, "
+        f"avail mem={avail / 1e9 - 0.41:.2f} GB.")
     if rank != 0:
-        log(f"Rank {rank} serving: waiting for requests from rank 0")
+        log(f"Dummy health check server started in background thread at 0.0.0.0:{env.get('PORT', '8888')}")
         with open("/tmp/sim-ready", "w") as fh:
             fh.write("ready\n")
         while True:
             time.sleep(3600)
+    log(f"max_total_num_tokens={tokens}, chunked_prefill_size={chunk}, max_prefill_tokens=16384, "
+        f"max_running_requests={slots}, context_len=1048576, available_gpu_mem={avail / 1e9 - 0.12:.2f} GB")
+    elapsed = time.monotonic() - started
+    log_main(f"Engine startup timings (s): load_weight={load_s + 0.05 * scale:.2f}, kv_cache_allocation=0.01, "
+             f"scheduler_e2e={elapsed:.2f}, cuda_graph={{prefill=0.00, decode=0.00, target_verify={0.2 * scale:.2f}, "
+             f"draft_decode=0.00}}, tokenizer_e2e={elapsed + 0.01:.2f}")
     return serve_head(env, fleet, wo_a_path, block, slots, scale)
+
+
+def _prefixed(line: str) -> str:
+    rank = os.environ.get("NODE_RANK", "?")
+    return f"[{time.strftime('%Y-%m-%d %H:%M:%S')} TP{rank} EP{rank}] {line}"
+
+
+def pool_sizes_line(full: int) -> str:
+    """``DSV4 pool sizes``: the other pools scale with the full-token pool (ratios of FLEET.md section 7a)."""
+    return (f"DSV4 pool sizes: full={full}, swa=13312, c4={full // 4}, c128={full // 128}, c4_state=1664, "
+            f"c128_state=0")
 
 
 def serve_head(env: dict, fleet: list, wo_a_path: str, block: int, slots: int, scale: float) -> int:
@@ -567,15 +657,17 @@ def serve_head(env: dict, fleet: list, wo_a_path: str, block: int, slots: int, s
     port = int(env.get("PORT", "8888"))
     ready = threading.Event()
     server = api.serve(config, "0.0.0.0", port, log, ready)
-    log("The server is fired up and ready to roll!")
+    log_main("The server is fired up and ready to roll!")
     ready.set()
     answer = self_test(port, api_key)
     if answer != "42":
         raise BootError(f"Fresh inference failed: 19 + 23 answered {answer!r}")
-    log("Fresh inference passed: 19 + 23 = 42")
+    raw("Fresh inference passed: 19 + 23 = 42")
+    raw(f"Batch output sanity check passed: batch of {slots} returned Latin prose.")
+    raw(f"Warm-up done in {max(1, round(0.1 * scale))}s (4 prompt sizes + one batch of {slots})")
     key_note = "Key is in /state/api-key." if api_key else "no API key."
     sep = ". " if api_key else ", "
-    log(f"Ready: API on port {port} (rank 0){sep}{key_note}")
+    raw(f"Ready: API on port {port} (rank 0){sep}{key_note}")
     try:
         while True:
             time.sleep(3600)

@@ -141,7 +141,7 @@ def test_a_hand_started_worker_shows_in_drift_and_is_recreated(fleet_up):
     assert {"what": "env", "key": SWITCH[0], "desired": SWITCH[1], "actual": None} in started["spark2"]["differences"]
     assert started["spark3"]["action"] == "start", "the other worker is restarted, not recreated"
     replaced = Path(run.run_dir, "boot-logs", "spark2-rank1-dsv41-worker.replaced.log").read_text()
-    assert "dsv41 boot: rank=1" in replaced, "the hand-started container's log is kept before it is removed"
+    assert "'node_rank': 1, 'tp_size': 3" in replaced, "the hand-started container's log is kept before it is removed"
     assert env_of(inspect("spark2"))[SWITCH[0]] == SWITCH[1]
     clean = play("drift.yml", extravars=dict(with_switch(), drift_roles=["engine_env", "engine"]))
     items = json.loads(Path(clean.run_dir, "drift.json").read_text())["items"]
@@ -160,7 +160,7 @@ def test_a_restart_boots_the_workers_before_the_head_and_keeps_every_log(fleet_u
     assert head["ready"] is True and "Ready: API on port 8888 (rank 0)" in head["ready_line"]
     for name, (rank, container, _) in HOSTS.items():
         log = Path(run.run_dir, "boot-logs", f"{name}-rank{rank}-{container}.log").read_text()
-        assert f"dsv41 boot: rank={rank} tp=3" in log
+        assert f"'node_rank': {rank}, 'tp_size': 3" in log and "server_args={" in log
     record = run.record()
     assert record["outcome"] == "ok"
     assert {r["host"] for r in record["results"] if r["module"] == "engine_container"} == set(HOSTS)

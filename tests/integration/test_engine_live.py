@@ -53,7 +53,7 @@ def env_of(name: str) -> dict:
 def log_of(name: str) -> str:
     """The container log of the last boot (a restarted container keeps the lines of its earlier boots)."""
     log = node(name).run(f"docker logs {HOSTS[name][1]} 2>&1").stdout
-    return log[log.rfind("dsv41 boot: rank="):]
+    return log[log.rfind("DSV41 MXFP8 dense linears routed"):]  # the last launch's first line (FLEET.md 7a)
 
 
 def failures(run) -> dict:
@@ -179,7 +179,7 @@ def test_a_hung_engine_is_not_live_its_logs_are_kept_and_nothing_is_restarted():
     assert "Nothing was restarted" in msgs["spark1"] and set(msgs) == set(HOSTS)
     for name, (rank, container, _) in HOSTS.items():
         kept = Path(run.run_dir, "boot-logs", f"{name}-rank{rank}-{container}.not-live.log").read_text()
-        assert f"dsv41 boot: rank={rank}" in kept
+        assert f"'node_rank': {rank}, 'tp_size': 3" in kept
     assert "Ready: API on port 8888" in Path(run.run_dir, "boot-logs", "spark1-rank0-dsv41-head.not-live.log").read_text()
     started = {n: inspect(n)["State"]["StartedAt"] for n in HOSTS}
     health = node("spark1").run("python3 -c \"import urllib.request; "

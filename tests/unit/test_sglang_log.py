@@ -240,7 +240,7 @@ def test_mid_serving_log_of_three_ranks_with_sparse_warnings(monkeypatch):
                          b"accept rate: 0.40, cuda graph: True, gen throughput (token/s): 40.00, #queue-req: 0" % n)
     data = b"\n".join(lines) + b"\n"
     fast = parse_bytes(data)
-    assert fast["boots"] == 1 and fast["boot_start_line"] == 1 and fast["status"] == "loaded"
+    assert fast["boots"] == 1 and fast["boot_start_line"] == 1 and fast["status"] == "captured"
     assert [(p["rank"], p["layer"]) for p in fast["engram_periodic"]] == [(0, 1), (0, 14), (1, 1), (1, 14), (2, 1), (2, 14)]
     assert fast["decode"]["count"] == sum(1 for line in lines if b"Decode batch" in line)
     monkeypatch.setattr(BootLogParser, "feed_block", lambda self, d, s, e: _slow_block(self, d, s, e))

@@ -1,4 +1,4 @@
-"""library/boot_log_facts: the module around module_utils/sglang_log, run in-process."""
+"""library/boot_log_info (and its deprecated alias boot_log_facts): the module around module_utils/sglang_log."""
 from __future__ import annotations
 
 import gzip
@@ -12,7 +12,8 @@ from tests.unit.module_harness import run_module
 
 FIXTURES = Path(__file__).parent / "fixtures" / "boot_logs"
 CASES = [c for c in yaml.safe_load((FIXTURES / "cases.yaml").read_text()) if "fixture" in c]
-MODULE = load_module("boot_log_facts")
+MODULE = load_module("boot_log_info")
+ALIAS = load_module("boot_log_facts")
 
 
 @pytest.fixture(autouse=True)
@@ -77,7 +78,7 @@ def test_a_compressed_log_is_refused_with_the_fix(tmp_path):
     out = run_module(MODULE, {"path": str(log)})
     assert out.failed
     assert out.result["msg"] == (f"{log} is not a text log: it is gzip-compressed (zcat it first). "
-                                 f"Give boot_log_facts the plain-text log.")
+                                 f"Give boot_log_info the plain-text log.")
     assert out.result["path"] == str(log)
 
 
@@ -92,3 +93,26 @@ def test_unreadable_log(tmp_path, monkeypatch):
     out = run_module(MODULE, {"path": str(log)})
     assert out.failed
     assert out.result["msg"] == f"Cannot read boot log {log}: Permission denied; run with become or fix its permissions."
+
+
+@pytest.mark.parametrize("fixture", ["real_tp3_head.log", "real_restarted_worker.log", "two_boots.log"])
+def test_the_deprecated_alias_returns_the_same_results_and_a_deprecation(fixture, monkeypatch):
+    from ansible.module_utils import basic
+    deprecations = []
+    monkeypatch.setattr(basic.AnsibleModule, "deprecate",
+                        lambda self, msg, version=None, **kw: deprecations.append((msg, version)))
+    args = {"path": str(FIXTURES / fixture), "markers": ["Engram prefetch ARMED"]}
+    new = run_module(MODULE, args).result
+    assert deprecations == []
+    old = run_module(ALIAS, args).result
+    assert old == new
+    assert [msg for msg, version in deprecations if version == "1.2.0"] == [
+        "boot_log_facts is now called boot_log_info (a read-only module returns no ansible_facts); "
+        "replace the module name, the options and results are the same."]
+    assert "ansible_facts" not in new
+
+
+def test_the_alias_names_itself_in_its_errors(tmp_path):
+    log = tmp_path / "x.log.gz"
+    log.write_bytes(gzip.compress(b"x\n"))
+    assert run_module(ALIAS, {"path": str(log)}).result["msg"].endswith("Give boot_log_facts the plain-text log.")
