@@ -11,7 +11,7 @@ pytestmark = pytest.mark.usefixtures("seed_testbed")
 
 
 def test_status_shows_the_seed_fleet_and_changes_nothing(host):
-    before = {h: host(h).run("docker ps -a --format '{{.Names}} {{.State}}'; ls -la --time-style=+%s /home /run/testbed").stdout
+    before = {h: host(h).run("docker ps -a --format '{{.Names}} {{.State}}'; ls -laR --time-style=+%s /home").stdout
               for h in ("spark1", "spark2", "spark3")}
     run = sh("ansible-playbook playbooks/status.yml")
     assert run.returncode == 0, run.stdout[-3000:]
@@ -24,6 +24,6 @@ def test_status_shows_the_seed_fleet_and_changes_nothing(host):
         assert "image dsv41-3x-spark:local" in lines[h] and "packed l1=" in lines[h] and "l14=" in lines[h]
         assert "clocks " in lines[h] and "drift " in lines[h]
     assert re.match(r"\d/3 ranks serving", lines["fleet"]) and "last run " in lines["fleet"]
-    after = {h: host(h).run("docker ps -a --format '{{.Names}} {{.State}}'; ls -la --time-style=+%s /home /run/testbed").stdout
+    after = {h: host(h).run("docker ps -a --format '{{.Names}} {{.State}}'; ls -laR --time-style=+%s /home").stdout
              for h in ("spark1", "spark2", "spark3")}
     assert after == before
