@@ -12,7 +12,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 APT_PACKAGES := openssh-server openssh-client netcat-openbsd iproute2 util-linux
 PYTEST := $(BIN)/python -m pytest
 
-.PHONY: help deps venv venv-kernels lint unit kernels integration integration-slow molecule test test-all demo up down status clean
+.PHONY: help deps venv venv-kernels lint unit kernels integration integration-slow journeys molecule test test-all demo up down status clean
 
 help:
 	@echo "make demo    set up, bring the seed testbed up and run the main job (pack_engram.yml) on it"
@@ -59,6 +59,10 @@ kernels: venv-kernels
 integration: venv deps
 	$(PYTEST) tests/integration -q -m "not slow"
 
+# Operator journeys (tests/journeys): the commands of README.md and docs/ run as written on the seed testbed.
+journeys: venv deps
+	$(PYTEST) tests/journeys -q -m "journey and not slow"
+
 integration-slow: venv deps
 	$(PYTEST) tests/integration -q -m slow
 
@@ -67,7 +71,7 @@ molecule: venv deps
 	cd $(CURDIR) && for s in $$(ls molecule/*/molecule.yml | cut -d/ -f2); do \
 	  SPARKFLEET_RUNS_DIR=$(CURDIR)/runs $(BIN)/molecule test -s $$s || exit 1; done
 
-test: deps venv venv-kernels lint unit kernels molecule integration
+test: deps venv venv-kernels lint unit kernels molecule integration journeys
 	$(BIN)/python testbed/fleet down
 
 test-all: test integration-slow

@@ -36,6 +36,7 @@ import os
 import sys
 
 from ansible.plugins.callback import CallbackBase
+from ansible.template import Templar
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "module_utils"))
 from env_text import mask_tree  # noqa: E402
@@ -49,6 +50,13 @@ MAX_RESULT_CHARS = 200_000
 
 def _short(action: str) -> str:
     return action.rsplit(".", 1)[-1]
+
+
+def _rendered(templar, value):
+    try:
+        return templar.template(value)
+    except Exception as exc:  # an undefined variable: keep the text and say why
+        return f"{value} (not rendered: {exc})"
 
 
 class CallbackModule(CallbackBase):
@@ -83,8 +91,11 @@ class CallbackModule(CallbackBase):
             inventory = manager._inventory
             hosts = inventory.get_groups_dict().get("fleet", [])
             for host in hosts:
-                hv = inventory.get_host(host).get_vars()
-                self.record["inventory"][host] = {k: hv.get(k) for k in (
+                # The values as the play sees them: group_vars applied and templates rendered
+                # ("{{ _testbed_subnet }}.11" becomes the address).
+                hv = manager.get_vars(play=play, host=inventory.get_host(host))
+                templar = Templar(loader=play._loader, variables=hv)
+                self.record["inventory"][host] = {k: _rendered(templar, hv.get(k)) for k in (
                     "ansible_host", "fleet_rank", "fleet_role", "fleet_user", "fleet_engram_dir")}
             self.record["check_mode"] = bool(play.check_mode) if play.check_mode is not None else False
             # The keys listed in sparkfleet_secret_env_keys (-e, or the inventory's group_vars as a host sees them).
