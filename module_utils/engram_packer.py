@@ -239,7 +239,7 @@ def load_sources(checkpoint: str, layers: List[int]) -> Dict[int, LayerSource]:
                                 % (name, checkpoint, layer))
             path = os.path.join(checkpoint, fname)
             if path not in headers:
-                if not os.path.isfile(path):
+                if not os.path.exists(path):
                     raise PackError("Shard %s, which the index names for %s, is missing: re-sync the checkpoint."
                                     % (path, name))
                 try:
