@@ -227,16 +227,25 @@ def test_refuses_when_space_is_short(ckpt, tmp_path, monkeypatch, check_mode):
 
 # --------------------------------------------------------------------------------------- resume
 
-def _make_partial(ckpt, dest, layer, rank, tp, rows, tail=b""):
+def _make_partial(ckpt, dest, layer, rank, tp, rows, tail=b"", chunk=1000, record=True):
+    """A partial as a killed pack leaves it: ``rows`` rows, and (``record``) its source record listing
+    the crc32 of each chunk of ``chunk`` rows."""
+    import zlib
     ref = reference_shard(ckpt, layer, rank, tp)
     path = os.path.join(str(dest), "engram-l%d-r%dof%d.partial" % (layer, rank, tp))
     with open(path, "wb") as handle:
         handle.write(ref[:4096 + rows * 264] + tail)
+    if record:
+        source = ep.load_sources(ckpt, [layer])[layer]
+        lo, hi = source.n * rank // tp, source.n * (rank + 1) // tp
+        chunks = [[start, min(chunk, rows - start), zlib.crc32(ref[4096 + start * 264:4096 + min(start + chunk, rows) * 264])]
+                  for start in range(0, rows, chunk)]
+        ep.write_source_record(path, source, lo, hi, chunks)
     return path, ref
 
 
 def test_resume_counts_held_bytes_and_finishes_identical(ckpt, tmp_path):
-    path, ref = _make_partial(ckpt, tmp_path, 1, 1, 3, 12345, tail=b"\x01" * 100)  # torn last row
+    path, ref = _make_partial(ckpt, tmp_path, 1, 1, 3, 12345, tail=b"\x01" * 100, chunk=4000)  # torn last row
     res = run_module(engram_pack, args(ckpt, tmp_path, 1, 3, layers=[1], chunk_rows=4000), check_mode=True)
     shard = res.result["shards"][0]
     assert (shard["state_before"], shard["action"], shard["resume_rows"]) == ("partial", "resume", 12345)
@@ -267,7 +276,7 @@ def test_partial_that_matches_nowhere_restarts(ckpt, tmp_path):
         handle.write(b"\x55" * (10000 * 264))
     result = pack(opts(ckpt, tmp_path, 0, 3, layers=[14], chunk_rows=1000))
     assert result["shards"][0]["resume_rows"] == 0
-    assert "does not match the source" in result["shards"][0]["reason_before"]
+    assert "no chunk that matches its record" in result["shards"][0]["reason_before"]
     assert open(result["shards"][0]["path"], "rb").read() == ref
 
 
@@ -286,7 +295,19 @@ def test_no_resume_restarts_and_complete_partial_is_finished(ckpt, tmp_path):
     result = pack(opts(ckpt, tmp_path, 2, 3, layers=[1], resume=False))
     shard = result["shards"][0]
     assert shard["resume_rows"] == 0 and shard["written_bytes"] == shard["bytes"]
-    os.rename(result["shards"][0]["path"], result["shards"][0]["partial_path"])  # killed just before the rename
+    os.unlink(shard["path"])
+
+    class Killed(BaseException):
+        pass
+
+    def killed(*_):
+        raise Killed()
+    original, ep.verify_shard = ep.verify_shard, killed  # killed while verifying: whole partial, before the rename
+    try:
+        with pytest.raises(Killed):
+            pack(opts(ckpt, tmp_path, 2, 3, layers=[1]))
+    finally:
+        ep.verify_shard = original
     result = pack(opts(ckpt, tmp_path, 2, 3, layers=[1]))
     shard = result["shards"][0]
     assert (shard["action"], shard["required_bytes"], shard["written_bytes"]) == ("finish", 0, 0)

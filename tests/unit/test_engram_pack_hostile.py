@@ -114,3 +114,110 @@ def ep_max_header():
     from ansible.module_utils.safetensors_header import MAX_HEADER_BYTES
     assert MAX_HEADER_BYTES <= 16 * 1024 * 1024
     return MAX_HEADER_BYTES
+
+
+# ---------------------------------------------------------------- item 6: resume bound to the source
+
+class Killed(BaseException):
+    """Stands for a SIGKILL at a chosen point (the subprocess trials in test_engram_pack_kill.py do it for real)."""
+
+
+def _killed_while_verifying(monkeypatch, options):
+    def killed(*_):
+        raise Killed()
+    with monkeypatch.context() as patch:
+        patch.setattr(ep, "verify_shard", killed)
+        with pytest.raises(Killed):
+            pack(options)
+
+
+def test_a_checkpoint_rewritten_in_place_restarts_the_shard(small_ckpt, dest, monkeypatch):
+    """Same shape, same size, new bytes in rows the sampled verification does not look at: the complete
+    partial must not be finished from the old bytes."""
+    _killed_while_verifying(monkeypatch, opts(small_ckpt, dest, 0, 1, layers=[1], chunk_rows=500))
+    partial = os.path.join(dest, "engram-l1-r0of1.partial")
+    assert os.path.getsize(partial) == 4096 + 3001 * 264
+    sampled = set(ep._sample_indices(3001))
+    changed = [row for row in range(1, 3000) if row not in sampled][:50]
+    assert len(changed) == 50
+    source = ep.load_sources(small_ckpt, [1])[1]
+    with open(source.weight_path, "r+b") as handle:  # the operator re-downloads the shard in place
+        for row in changed:
+            handle.seek(source.weight_offset + row * 256)
+            handle.write(os.urandom(256))
+    result = pack(opts(small_ckpt, dest, 0, 1, layers=[1], chunk_rows=500))
+    shard = result["shards"][0]
+    assert shard["action"] == "write" and shard["resume_rows"] == 0, shard
+    assert "the checkpoint changed since it was written" in shard["reason_before"]
+    assert open(shard["path"], "rb").read() == reference_shard(small_ckpt, 1, 0, 1)
+
+
+def test_a_partial_without_its_source_record_restarts(small_ckpt, dest, monkeypatch):
+    _killed_while_verifying(monkeypatch, opts(small_ckpt, dest, 0, 1, layers=[1]))
+    os.unlink(ep.source_record_path(os.path.join(dest, "engram-l1-r0of1.partial")))
+    shard = pack(opts(small_ckpt, dest, 0, 1, layers=[1]))["shards"][0]
+    assert (shard["action"], shard["resume_rows"]) == ("write", 0) and "no source record" in shard["reason_before"]
+    assert open(shard["path"], "rb").read() == reference_shard(small_ckpt, 1, 0, 1)
+    assert sorted(os.listdir(dest)) == ["engram-l1-r0of1.bin", "engram-l1-r0of1.progress.json"]
+
+
+# ------------------------------------------- item 7: no write follows a link or reaches another name
+
+@pytest.mark.parametrize("name", ["engram-l1-r0of1.partial", "engram-l1-r0of1.progress.json.tmp",
+                                  "engram-l1-r0of1.partial.source.json.tmp"])
+def test_a_hard_link_in_dest_never_changes_the_file_outside(small_ckpt, dest, tmp_path, name):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"operator data outside dest\n" * 100)
+    before = victim.read_bytes()
+    os.link(str(victim), os.path.join(dest, name))
+    try:
+        pack(opts(small_ckpt, dest, 0, 1, layers=[1]))
+    except PackError as exc:
+        assert name.endswith(".partial") and "has 2 names" in exc.msg, exc.msg
+    assert victim.read_bytes() == before
+    assert os.stat(str(victim)).st_nlink in (1, 2)
+
+
+def test_a_symlinked_temporary_is_not_followed(small_ckpt, dest, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    os.symlink(str(victim), os.path.join(dest, "engram-l1-r0of1.progress.json.tmp"))
+    pack(opts(small_ckpt, dest, 0, 1, layers=[1]))
+    assert victim.read_bytes() == b"keep"
+    assert json.load(open(os.path.join(dest, "engram-l1-r0of1.progress.json")))["state"] == "done"
+
+
+# -------------------------------------------------------------- item 9: failure results tell the truth
+
+def test_a_failed_pack_reports_shards_as_they_are(small_ckpt, dest, monkeypatch):
+    real_stream = ep._stream
+
+    def stream_then_enospc(plan, source, options, pfd, progress):
+        if plan.layer == 14:
+            raise AssertionError("layer 14 is never reached")
+        chunks = real_stream(plan, source, options, pfd, progress)
+        raise OSError(28, "No space left on device", plan.partial_path)
+    monkeypatch.setattr(ep, "_stream", stream_then_enospc)
+    with pytest.raises(PackError) as info:
+        pack(opts(small_ckpt, dest, 0, 1, layers=[1, 14], chunk_rows=1000))
+    shards = {s["layer"]: s for s in info.value.result["shards"]}
+    assert shards[14]["state_after"] == "absent", shards[14]  # never reached: not "valid"
+    assert (shards[1]["state_after"], shards[1]["partial_rows"]) == ("partial", 3001), shards[1]
+    assert "engram-l14-r0of1.bin: absent -> absent" in info.value.result["summary"]
+    assert "engram-l1-r0of1.bin: absent -> partial (3001 of 3001 rows)" in info.value.result["summary"]
+    progress = json.load(open(os.path.join(dest, "engram-l1-r0of1.progress.json")))
+    assert progress["state"] == "failed" and "No space left on device" in progress["error"]
+
+
+def test_a_progress_write_that_fails_leaves_no_empty_temporary(small_ckpt, dest, monkeypatch):
+    class NoSpaceJson:
+        loads, dumps = staticmethod(json.loads), staticmethod(json.dumps)
+
+        @staticmethod
+        def dump(doc, handle):
+            raise OSError(28, "No space left on device")
+    monkeypatch.setattr(ep, "json", NoSpaceJson)
+    with pytest.raises(PackError):  # the source record cannot be written either: the pack fails clearly
+        pack(opts(small_ckpt, dest, 0, 1, layers=[1]))
+    assert not [n for n in os.listdir(dest) if n.endswith(".tmp")], os.listdir(dest)
+    assert not [n for n in os.listdir(dest) if os.path.getsize(os.path.join(dest, n)) == 0], os.listdir(dest)
