@@ -78,6 +78,7 @@ RESUME_BACKTRACK_CHUNKS = 4
 DROP_WINDOW_BYTES = 64 << 20
 VERIFY_MODES = ("none", "sample", "full")
 PROGRESS_INTERVAL_S = 1.0
+RECORD_INTERVAL_S = 0.1  # how often the partial's source record (chunk crc32s) is rewritten
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _FADV_DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", 4)
@@ -779,19 +780,19 @@ def _stream(plan: ShardPlan, source: LayerSource, opts: PackOptions, pfd: int, p
     scales = bytearray(chunk_rows * SCALE_BYTES)
     reader = _SourceReader(source, plan, chunk_rows, iov_max)
     chunks = list(plan.resume_chunks)
-    last_record = [time.monotonic()]
+    last_record = [0.0]
 
     def on_durable(rows_end: int, chunk: list) -> None:
         # runs in the writer thread once the chunk is on disk: record its crc32, then report progress
         chunks.append(chunk)
-        progress.update(rows_end - plan.lo)
         now = time.monotonic()
-        if now - last_record[0] >= opts.progress_interval:
+        if now - last_record[0] >= RECORD_INTERVAL_S:  # bounded rewrites; a kill re-packs at most 0.1 s more
             last_record[0] = now
             try:
                 write_source_record(plan.partial_path, source, plan.lo, plan.hi, list(chunks))
             except OSError:
                 pass  # the record only lags: a resume re-packs the chunks it does not list
+        progress.update(rows_end - plan.lo)
 
     writer = _Writer(pfd, buffers, opts.sync, on_durable)
     writer.start()
@@ -816,6 +817,10 @@ def _stream(plan: ShardPlan, source: LayerSource, opts: PackOptions, pfd: int, p
         writer.todo.put(None)
         writer.join()
         reader.close()
+        try:  # whatever stopped us, record every chunk that reached the disk
+            write_source_record(plan.partial_path, source, plan.lo, plan.hi, list(chunks))
+        except OSError:
+            pass
     if writer.error is not None:
         raise writer.error
     return chunks

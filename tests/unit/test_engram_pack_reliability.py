@@ -180,7 +180,9 @@ def test_enospc_in_the_middle_fails_clearly_and_resumes(rel_ckpt, tmp_path):
                               capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout
         shard = last_json(proc.stdout)["shards"][0]
-        assert shard["action"] == "resume" and shard["resume_rows"] >= 4 * 1024
+        # resumes from the chunks its source record lists: once the volume is full the record cannot be
+        # rewritten either, so what it keeps is the chunks recorded before (at least the first)
+        assert shard["action"] == "resume" and shard["resume_rows"] >= 1024
         with open(os.path.join(mount, "engram-l1-r1of3.bin"), "rb") as handle:
             assert handle.read() == reference_shard(rel_ckpt, 1, 1, 3)
     finally:
