@@ -208,6 +208,10 @@ shards:
       description: Rows kept from the partial.
       type: int
       sample: 0
+    partial_rows:
+      description: Rows the partial holds on disk after this run (0 once the shard is valid or absent).
+      type: int
+      sample: 0
     required_bytes:
       description: Bytes this shard still needed before the run.
       type: int

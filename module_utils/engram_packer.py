@@ -21,7 +21,12 @@ How a shard is written (FLEET.md sections 3 and 11):
   source ranges are dropped as soon as they are read;
 - ``.partial`` -> verify (header, size, sampled or all rows against the source) -> fsync -> rename to
   ``.bin`` -> fsync the directory: a ``.bin`` is complete and verified or absent, whatever kills us;
-- an interrupted ``.partial`` resumes after its last chunk that still matches the source.
+- an interrupted ``.partial`` resumes after its last chunk that still matches the source, and only when
+  its ``.partial.source.json`` record names this exact source (header bytes, offsets, sizes, mtimes and
+  inodes of both shard files) and the crc32 of every kept chunk still matches; otherwise it restarts;
+- every file written in dest is created ``O_CREAT|O_EXCL|O_NOFOLLOW`` (a leftover of our own is unlinked
+  first); a pre-existing partial that is not a regular file or has other names (``st_nlink > 1``) is
+  refused: no write follows a link or lands in a file outside dest.
 
 Standard library only (Debian's python3 on the hosts, the engine image's python3 in the container).
 """
@@ -40,6 +45,7 @@ import stat
 import sys
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -72,6 +78,7 @@ RESUME_BACKTRACK_CHUNKS = 4
 DROP_WINDOW_BYTES = 64 << 20
 VERIFY_MODES = ("none", "sample", "full")
 PROGRESS_INTERVAL_S = 1.0
+RECORD_INTERVAL_S = 0.1  # how often the partial's source record (chunk crc32s) is rewritten
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _FADV_DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", 4)
@@ -120,6 +127,7 @@ class LayerSource:
     weight_offset: int  # absolute offset of row 0 of the weight tensor
     scale_path: str
     scale_offset: int
+    fingerprint: dict = field(default_factory=dict)  # what a partial built from this source records
 
 
 @dataclass
@@ -136,6 +144,7 @@ class ShardPlan:
     action: str  # skip | write | resume | finish | replace | refuse
     resume_rows: int = 0
     held_bytes: int = 0
+    resume_chunks: List[List[int]] = field(default_factory=list)  # recorded chunks kept: [start, rows, crc32]
 
     @property
     def rows(self) -> int:
@@ -239,7 +248,7 @@ def load_sources(checkpoint: str, layers: List[int]) -> Dict[int, LayerSource]:
                                 % (name, checkpoint, layer))
             path = os.path.join(checkpoint, fname)
             if path not in headers:
-                if not os.path.isfile(path):
+                if not os.path.exists(path):
                     raise PackError("Shard %s, which the index names for %s, is missing: re-sync the checkpoint."
                                     % (path, name))
                 try:
@@ -263,8 +272,24 @@ def load_sources(checkpoint: str, layers: List[int]) -> Dict[int, LayerSource]:
         if winfo.shape[0] != sinfo.shape[0]:
             raise PackError("Layer %d: weight has %d rows but scale has %d (%s, %s): the checkpoint is inconsistent."
                             % (layer, winfo.shape[0], sinfo.shape[0], winfo.name, sinfo.name))
-        sources[layer] = LayerSource(layer, winfo.shape[0], wpath, winfo.offset, spath, sinfo.offset)
+        fingerprint = {"layer": layer, "n": winfo.shape[0],
+                       "weight": _file_fingerprint(wpath, headers[wpath], winfo.name, winfo.offset),
+                       "scale": _file_fingerprint(spath, headers[spath], sinfo.name, sinfo.offset)}
+        sources[layer] = LayerSource(layer, winfo.shape[0], wpath, winfo.offset, spath, sinfo.offset, fingerprint)
     return sources
+
+
+def _file_fingerprint(path: str, header, tensor: str, offset: int) -> dict:
+    """Identity of one source file: its size, mtime and inode now, and the sha256 of its header bytes."""
+    import hashlib
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        digest = hashlib.sha256(_pread_exact(fd, header.data_start, 0, path)).hexdigest()
+    finally:
+        os.close(fd)
+    return {"path": path, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "dev": st.st_dev, "ino": st.st_ino,
+            "header_sha256": digest, "tensor": tensor, "offset": offset}
 
 
 # ------------------------------------------------------------------------------------------ low level
@@ -379,6 +404,108 @@ def lower_priority() -> Dict[str, str]:
     return applied
 
 
+# ------------------------------------------------------------------------ files written in dest
+
+def source_record_path(partial_path: str) -> str:
+    return partial_path + ".source.json"
+
+
+def _unlink_own(path: str) -> None:
+    """Remove a leftover of ours (a name in dest; never follows it), if present."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def create_exclusive(path: str, mode: int = 0o644) -> int:
+    """A new file at ``path`` opened O_CREAT|O_EXCL|O_NOFOLLOW: never an existing inode, never a link target."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
+
+
+def _write_json_exclusive(path: str, doc: dict) -> None:
+    """Atomically replace ``path`` with ``doc``: a fresh temporary (O_EXCL), renamed over it; a failure
+    removes the temporary, so no empty temporary is ever left."""
+    tmp = path + ".tmp"
+    _unlink_own(tmp)  # a leftover of a killed run
+    fd = create_exclusive(tmp)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(doc, handle)
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink_own(tmp)
+        raise
+
+
+def write_source_record(partial_path: str, source: LayerSource, lo: int, hi: int, chunks: List[List[int]]) -> None:
+    """Record which source a partial is built from and the crc32 of each durable chunk [start, rows, crc]."""
+    _write_json_exclusive(source_record_path(partial_path),
+                          {"version": 1, "lo": lo, "hi": hi, "source": source.fingerprint, "chunks": chunks})
+
+
+def _recorded_rows(pfd: int, plan: "ShardPlan", source: LayerSource) -> Tuple[int, List[List[int]], str]:
+    """Rows of the partial its source record vouches for: the record must name this source and range, and
+    each recorded chunk, from row 0 on, must still have its crc32. Returns (rows, chunks kept, why not more)."""
+    path = source_record_path(plan.partial_path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return 0, [], "its source record is not a regular file"
+            doc = json.loads(_pread_exact(fd, min(os.fstat(fd).st_size, 16 << 20), 0, path) or b"null")
+        finally:
+            os.close(fd)
+    except FileNotFoundError:
+        return 0, [], "it has no source record (%s)" % os.path.basename(path)
+    except (OSError, ValueError, PackError) as exc:
+        return 0, [], "its source record is unreadable (%s)" % exc
+    if not isinstance(doc, dict) or doc.get("version") != 1:
+        return 0, [], "its source record is not one this packer wrote"
+    if doc.get("source") != source.fingerprint or (doc.get("lo"), doc.get("hi")) != (plan.lo, plan.hi):
+        old = doc.get("source") if isinstance(doc.get("source"), dict) else {}
+        changed = [k for k in ("weight", "scale") if old.get(k) != source.fingerprint[k]]
+        return 0, [], "the checkpoint changed since it was written (%s)" % (
+            ", ".join("%s file %s" % (k, source.fingerprint[k]["path"]) for k in changed) or "row range")
+    rows, kept = 0, []
+    for chunk in doc.get("chunks") or []:
+        if not (isinstance(chunk, list) and len(chunk) == 3 and all(_is_uint(x) for x in chunk)) or chunk[0] != rows \
+                or chunk[1] < 1 or rows + chunk[1] > plan.rows:
+            break
+        start, count, crc = chunk
+        try:
+            data = _pread_exact(pfd, count * ROW_BYTES, HEADER_SIZE + start * ROW_BYTES, plan.partial_path)
+        except PackError:
+            break
+        _fadvise(pfd, HEADER_SIZE + start * ROW_BYTES, count * ROW_BYTES, _FADV_DONTNEED)
+        if zlib.crc32(data) != crc:
+            break
+        rows += count
+        kept.append(chunk)
+    return rows, kept, ""
+
+
+def _is_uint(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_own_file(path: str, host: str, what: str) -> None:
+    """Refuse a pre-existing file in dest that is not a plain file of ours (a link, a FIFO, a directory, or
+    a regular file with other names: writing to it would change a file outside dest)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise PackError("%s on %s exists but is not a regular file (a link or special file): remove it by hand; the "
+                        "packer will not write through it." % (path, host))
+    if st.st_nlink > 1:
+        raise PackError("%s on %s has %d names (a hard link to a file elsewhere?): the packer never writes to a file "
+                        "with other names; remove this name by hand (the other names keep the data) and run again."
+                        % (path, host, st.st_nlink))
+    del what
+
+
 # ------------------------------------------------------------------------------------------- planning
 
 def _tail_matches(pfd: int, src_fds: Tuple[int, int], source: LayerSource, lo: int, start: int, rows: int) -> bool:
@@ -410,8 +537,12 @@ def _resumable_rows(plan: ShardPlan, source: LayerSource, chunk_rows: int) -> Tu
         if problems:
             return 0, False, "partial is for another range (%s); restarting" % "; ".join(problems)
         rows = min((size - HEADER_SIZE) // ROW_BYTES, plan.rows)
+        recorded, plan.resume_chunks, why_not = _recorded_rows(pfd, plan, source)
+        if why_not:
+            return 0, False, "partial not resumed: %s; restarting from row 0" % why_not
+        rows = min(rows, recorded)
         if rows == 0:
-            return 0, True, "partial holds only its header; continuing from row 0"
+            return 0, True, "partial holds no chunk that matches its record; continuing from row 0"
         fds = [os.open(source.weight_path, os.O_RDONLY), os.open(source.scale_path, os.O_RDONLY)]
         for fd in fds + [pfd]:
             _fadvise(fd, 0, 0, _FADV_RANDOM)
@@ -419,6 +550,8 @@ def _resumable_rows(plan: ShardPlan, source: LayerSource, chunk_rows: int) -> Tu
         for _ in range(RESUME_BACKTRACK_CHUNKS):
             check = min(chunk_rows, candidate)
             if _tail_matches(pfd, (fds[0], fds[1]), source, plan.lo, candidate - check, check):
+                plan.resume_chunks = [c for c in plan.resume_chunks if c[0] + c[1] <= candidate]
+                candidate = sum(c[1] for c in plan.resume_chunks)
                 return candidate, True, "resumable at row %d of %d" % (candidate, plan.rows)
             candidate -= check
             if candidate == 0:
@@ -441,10 +574,7 @@ def plan_shard(opts: PackOptions, source: LayerSource) -> ShardPlan:
                      partial_path=os.path.join(opts.dest, partial_name(source.layer, opts.rank, opts.tp)),
                      progress_path=os.path.join(opts.dest, progress_name(source.layer, opts.rank, opts.tp)),
                      lo=lo, hi=hi, n=source.n, state_before=state.state, reason_before=state.reason, action="write")
-    if os.path.lexists(plan.partial_path) and not os.path.isfile(plan.partial_path) \
-            or os.path.islink(plan.partial_path):
-        raise PackError("%s on %s exists but is not a regular file: remove it by hand; the packer will not write "
-                        "through it." % (plan.partial_path, opts.host))
+    _check_own_file(plan.partial_path, opts.host, "partial")
     if state.state == STATE_VALID:
         plan.action = "skip"
         if state.partial_path:
@@ -504,13 +634,8 @@ class _Progress:
             if not force and now - self.last_write < self.opts.progress_interval:
                 return
             self.last_write = now
-            tmp = self.plan.progress_path + ".tmp"
-            try:
-                # O_NOFOLLOW: never write through a link planted under the temporary name
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-                with os.fdopen(fd, "w") as handle:
-                    json.dump(self._doc(state, error), handle)
-                os.replace(tmp, self.plan.progress_path)
+            try:  # a fresh O_EXCL|O_NOFOLLOW temporary, removed again if the write fails
+                _write_json_exclusive(self.plan.progress_path, self._doc(state, error))
             except OSError:
                 pass  # progress is advisory (and may itself hit ENOSPC): never fail the pack for it
 
@@ -518,7 +643,7 @@ class _Progress:
 class _Writer(threading.Thread):
     """Writes chunks, keeps one chunk of writeback in flight, drops completed chunks from the cache."""
 
-    def __init__(self, fd: int, buffers: list, sync: str, on_durable: Callable[[int], None]):
+    def __init__(self, fd: int, buffers: list, sync: str, on_durable: Callable[[int, list], None]):
         super().__init__(name="engram-writer", daemon=True)
         self.fd = fd
         self.buffers = buffers
@@ -530,7 +655,7 @@ class _Writer(threading.Thread):
         self.on_durable = on_durable
         self.error: Optional[BaseException] = None
 
-    def _durable(self, offset: int, nbytes: int, rows_end: int, wait: bool) -> None:
+    def _durable(self, offset: int, nbytes: int, rows_end: int, chunk: list, wait: bool) -> None:
         if self.sync_range is not None and wait:
             self.sync_range(self.fd, offset, nbytes, _SFR_WAIT_BEFORE | _SFR_WRITE | _SFR_WAIT_AFTER)
         elif self.sync_range is None:
@@ -538,7 +663,7 @@ class _Writer(threading.Thread):
         # everything written so far is on disk and nothing after it is dirty: drop to the end of file
         # (length 0), which also takes the large folio straddling the end of this chunk
         _fadvise(self.fd, max(0, offset + nbytes - DROP_WINDOW_BYTES), 0, _FADV_DONTNEED)
-        self.on_durable(rows_end)
+        self.on_durable(rows_end, chunk)
 
     def run(self) -> None:
         pending = None
@@ -546,7 +671,8 @@ class _Writer(threading.Thread):
             item = self.todo.get()
             if item is None:
                 break
-            index, nbytes, offset, rows_end = item
+            index, nbytes, offset, rows_end = item[:4]
+            chunk = item[4]
             if self.error is None:
                 try:
                     if self.sync_range is not None:
@@ -556,10 +682,10 @@ class _Writer(threading.Thread):
                             self._durable(*pending, wait=True)
                         _pwrite_all(self.fd, memoryview(self.buffers[index].data)[:nbytes], offset)
                         self.sync_range(self.fd, offset, nbytes, _SFR_WRITE)
-                        pending = (offset, nbytes, rows_end)
+                        pending = (offset, nbytes, rows_end, chunk)
                     else:
                         _pwrite_all(self.fd, memoryview(self.buffers[index].data)[:nbytes], offset)
-                        self._durable(offset, nbytes, rows_end, wait=False)
+                        self._durable(offset, nbytes, rows_end, chunk, wait=False)
                 except BaseException as exc:  # handed to the reading thread, which raises it
                     self.error = exc
             self.free.put(index)
@@ -643,7 +769,8 @@ class _SourceReader:
         oq[WEIGHT_BYTES // 8::ROW_BYTES // 8] = sview.cast("Q")
 
 
-def _stream(plan: ShardPlan, source: LayerSource, opts: PackOptions, pfd: int, progress: _Progress) -> None:
+def _stream(plan: ShardPlan, source: LayerSource, opts: PackOptions, pfd: int, progress: _Progress) -> List[list]:
+    """Write rows [resume_rows, rows) of the partial; returns the crc32 record of every chunk it holds."""
     chunk_rows = min(opts.chunk_rows, max(plan.rows, 1))
     try:
         iov_max = min(1024, os.sysconf("SC_IOV_MAX"))
@@ -652,7 +779,22 @@ def _stream(plan: ShardPlan, source: LayerSource, opts: PackOptions, pfd: int, p
     buffers = [_ChunkBuffer(chunk_rows, iov_max) for _ in range(2)]
     scales = bytearray(chunk_rows * SCALE_BYTES)
     reader = _SourceReader(source, plan, chunk_rows, iov_max)
-    writer = _Writer(pfd, buffers, opts.sync, lambda rows_end: progress.update(rows_end - plan.lo))
+    chunks = list(plan.resume_chunks)
+    last_record = [0.0]
+
+    def on_durable(rows_end: int, chunk: list) -> None:
+        # runs in the writer thread once the chunk is on disk: record its crc32, then report progress
+        chunks.append(chunk)
+        now = time.monotonic()
+        if now - last_record[0] >= RECORD_INTERVAL_S:  # bounded rewrites; a kill re-packs at most 0.1 s more
+            last_record[0] = now
+            try:
+                write_source_record(plan.partial_path, source, plan.lo, plan.hi, list(chunks))
+            except OSError:
+                pass  # the record only lags: a resume re-packs the chunks it does not list
+        progress.update(rows_end - plan.lo)
+
+    writer = _Writer(pfd, buffers, opts.sync, on_durable)
     writer.start()
     try:
         start = plan.resume_rows
@@ -667,14 +809,21 @@ def _stream(plan: ShardPlan, source: LayerSource, opts: PackOptions, pfd: int, p
                 except queue.Empty:
                     continue
             reader.read_chunk(buffers[index], scales, plan.lo + start, rows)
+            crc = zlib.crc32(memoryview(buffers[index].data)[:rows * ROW_BYTES])
+            writer.todo.put((index, rows * ROW_BYTES, HEADER_SIZE + start * ROW_BYTES, plan.lo + start + rows,
+                             [start, rows, crc]))
             start += rows
-            writer.todo.put((index, rows * ROW_BYTES, HEADER_SIZE + (start - rows) * ROW_BYTES, plan.lo + start))
     finally:
         writer.todo.put(None)
         writer.join()
         reader.close()
+        try:  # whatever stopped us, record every chunk that reached the disk
+            write_source_record(plan.partial_path, source, plan.lo, plan.hi, list(chunks))
+        except OSError:
+            pass
     if writer.error is not None:
         raise writer.error
+    return chunks
 
 
 def _sample_indices(rows: int, count: int = SAMPLE_ROWS) -> List[int]:
@@ -738,41 +887,100 @@ def verify_shard(path: str, plan: ShardPlan, source: LayerSource, mode: str, chu
             os.close(advice_fd)
 
 
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, PackError):
+        return exc.msg
+    if isinstance(exc, OSError):
+        return "%s%s" % (exc.strerror or exc, " (%s)" % exc.filename if exc.filename else "")
+    return "%s: %s" % (type(exc).__name__, exc)
+
+
+def _open_partial(plan: ShardPlan, source: LayerSource, opts: PackOptions) -> int:
+    """The partial to write, opened so that no write can reach a file outside dest.
+
+    Resume: the existing partial, opened O_NOFOLLOW and checked (regular, one name) on the open fd before
+    it is cut back to its last verified chunk. Fresh: any leftover of ours is unlinked (its name only) and
+    a new file is created O_CREAT|O_EXCL|O_NOFOLLOW; the source record is written before any row.
+    """
+    if plan.held_bytes:
+        pfd = os.open(plan.partial_path, os.O_RDWR | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        st = os.fstat(pfd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            os.close(pfd)
+            raise PackError("%s on %s changed while planning (now %s, %d names): remove it by hand and run again."
+                            % (plan.partial_path, opts.host, "regular" if stat.S_ISREG(st.st_mode) else "special",
+                               st.st_nlink))
+        try:
+            write_source_record(plan.partial_path, source, plan.lo, plan.hi, plan.resume_chunks)
+            os.ftruncate(pfd, plan.held_bytes)  # cut whatever followed the last verified chunk
+        except BaseException:
+            os.close(pfd)
+            raise
+        return pfd
+    _unlink_own(plan.partial_path)
+    write_source_record(plan.partial_path, source, plan.lo, plan.hi, [])
+    pfd = create_exclusive(plan.partial_path)
+    try:
+        _pwrite_all(pfd, memoryview(encode_header(plan.layer, plan.lo, plan.hi, plan.n)), 0)
+    except BaseException:
+        os.close(pfd)
+        raise
+    return pfd
+
+
 def pack_shard(plan: ShardPlan, source: LayerSource, opts: PackOptions, record: dict) -> None:
     """Write (or finish) one shard; fills ``record`` as it goes so a failure still reports it."""
     started = time.monotonic()
-    record["state_after"] = STATE_PARTIAL
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    pfd = os.open(plan.partial_path, flags, 0o644)
     progress = _Progress(plan, opts)
+    record_path = source_record_path(plan.partial_path)
     try:
-        if plan.held_bytes:
-            os.ftruncate(pfd, plan.held_bytes)  # cut whatever followed the last verified chunk
-        else:
-            os.ftruncate(pfd, 0)
-            _pwrite_all(pfd, memoryview(encode_header(plan.layer, plan.lo, plan.hi, plan.n)), 0)
+        pfd = _open_partial(plan, source, opts)
+    except BaseException as exc:
+        record["state_after"] = STATE_PARTIAL if os.path.lexists(plan.partial_path) else STATE_ABSENT
+        record["partial_rows"] = plan.resume_rows if record["state_after"] == STATE_PARTIAL else 0
+        progress.update(plan.resume_rows, force=True, state="failed", error=_reason(exc))
+        raise
+    record["state_after"] = STATE_PARTIAL
+    record["partial_rows"] = plan.resume_rows
+    try:
         progress.update(plan.resume_rows, force=True)
+        chunks = plan.resume_chunks
         if plan.resume_rows < plan.rows:
-            _stream(plan, source, opts, pfd, progress)
+            chunks = _stream(plan, source, opts, pfd, progress)
         os.fsync(pfd)
         _fadvise(pfd, 0, 0, _FADV_DONTNEED)
+        # the whole partial is on disk: record every chunk, so a kill during verification resumes as "finish"
+        write_source_record(plan.partial_path, source, plan.lo, plan.hi, chunks)
     except BaseException as exc:
-        progress.update(progress.rows_done, force=True, state="failed", error=str(exc))
+        record["partial_rows"] = progress.rows_done  # rows on disk when it stopped (the rest is torn or absent)
+        progress.update(progress.rows_done, force=True, state="failed", error=_reason(exc))
         os.close(pfd)
         raise
     os.close(pfd)
+    record["partial_rows"] = plan.rows
     progress.update(plan.rows, force=True, state="verifying")
     try:
         record["verified_rows"] = verify_shard(plan.partial_path, plan, source, opts.verify, opts.chunk_rows)
     except PackError as exc:
         rejected = plan.partial_path + ".rejected"
         os.replace(plan.partial_path, rejected)
+        _unlink_own(record_path)
         record["state_after"] = STATE_INVALID
+        record["partial_rows"] = 0
         progress.update(plan.rows, force=True, state="failed", error=exc.msg)
         raise PackError("%s Verification failed on %s; the written file is kept as %s for inspection and the next "
                         "run packs from scratch. Check the disk and the checkpoint." % (exc.msg, opts.host, rejected))
-    os.replace(plan.partial_path, plan.path)
-    fsync_dir(opts.dest)
+    except BaseException as exc:
+        progress.update(plan.rows, force=True, state="failed", error=_reason(exc))
+        raise
+    try:
+        os.replace(plan.partial_path, plan.path)
+        record["state_after"], record["partial_rows"] = STATE_VALID, 0
+        _unlink_own(record_path)
+        fsync_dir(opts.dest)
+    except BaseException as exc:
+        progress.update(plan.rows, force=True, state="failed", error=_reason(exc))
+        raise
     seconds = time.monotonic() - started
     written = plan.size - plan.held_bytes
     record.update(state_after=STATE_VALID, written_bytes=written, seconds=round(seconds, 3),
@@ -782,25 +990,28 @@ def pack_shard(plan: ShardPlan, source: LayerSource, opts: PackOptions, record: 
 
 # ---------------------------------------------------------------------------------------------- run
 
-def _summary(plan: ShardPlan, state: str, reason: str = "") -> str:
+def _summary(plan: ShardPlan, state: str, reason: str = "", partial_rows: Optional[int] = None) -> str:
     name = os.path.basename(plan.path)
     if state == STATE_VALID:
         return "%s: valid (%d rows, %d bytes)" % (name, plan.rows, plan.size)
     if state == STATE_PARTIAL:
-        return "%s: partial (%d of %d rows)" % (name, plan.resume_rows, plan.rows)
+        return "%s: partial (%d of %d rows)" % (name, plan.resume_rows if partial_rows is None else partial_rows,
+                                                plan.rows)
     if state == STATE_INVALID:
         return "%s: invalid (%s)" % (name, reason)
     return "%s: %s" % (name, state)
 
 
 def _record(plan: ShardPlan, opts: PackOptions) -> dict:
-    after = STATE_VALID if plan.action != "refuse" else STATE_INVALID
+    # until a shard is written its state after is its state before: a shard never reached is not valid
+    after = plan.state_before
     return {"layer": plan.layer, "path": plan.path, "partial_path": plan.partial_path,
             "progress_path": plan.progress_path, "lo": plan.lo, "hi": plan.hi, "n": plan.n, "rows": plan.rows,
             "bytes": plan.size, "state_before": plan.state_before, "reason_before": plan.reason_before,
             "state_after": after, "action": plan.action, "resume_rows": plan.resume_rows,
             "required_bytes": plan.required_bytes, "written_bytes": 0, "seconds": None, "mb_per_s": None,
-            "verify": opts.verify if plan.action not in ("skip", "refuse") else "none", "verified_rows": 0}
+            "verify": opts.verify if plan.action not in ("skip", "refuse") else "none", "verified_rows": 0,
+            "partial_rows": plan.resume_rows if plan.state_before == STATE_PARTIAL else 0}
 
 
 def _set_diff(result: dict, plans: List[ShardPlan], records: List[dict]) -> None:
@@ -808,7 +1019,7 @@ def _set_diff(result: dict, plans: List[ShardPlan], records: List[dict]) -> None
     before, after, lines = [], [], []
     for plan, rec in zip(plans, records):
         b = _summary(plan, plan.state_before, plan.reason_before)
-        a = _summary(plan, rec["state_after"], plan.reason_before)
+        a = _summary(plan, rec["state_after"], plan.reason_before, rec.get("partial_rows"))
         before.append(b)
         after.append(a)
         lines.append("%s -> %s" % (b, a.split(": ", 1)[1]))
@@ -855,6 +1066,10 @@ def _pack_locked(opts: PackOptions, sources: Dict[int, LayerSource], result: dic
     except PackError as exc:
         raise fail(exc.msg) from None
     records = [_record(plan, opts) for plan in plans]
+    if opts.check_mode:  # check mode predicts: every shard it would write ends valid
+        for plan, record in zip(plans, records):
+            if plan.action not in ("skip", "refuse"):
+                record["state_after"] = STATE_VALID
     result["shards"] = records
     result["required_bytes"] = sum(plan.required_bytes for plan in plans)
     result["available_bytes"] = available_bytes(opts.dest)
@@ -892,7 +1107,8 @@ def _pack_locked(opts: PackOptions, sources: Dict[int, LayerSource], result: dic
             _set_diff(result, plans, records)
             raise fail(exc.msg) from None
         except OSError as exc:
-            record["state_after"] = STATE_PARTIAL if os.path.exists(plan.partial_path) else STATE_ABSENT
+            if not os.path.lexists(plan.partial_path):
+                record["state_after"], record["partial_rows"] = STATE_ABSENT, 0
             _set_diff(result, plans, records)
             result["available_bytes_after"] = available_bytes(opts.dest)
             if exc.errno == errno.ENOSPC:

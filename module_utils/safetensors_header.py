@@ -8,7 +8,12 @@ then the data section. The header maps tensor names to ``{"dtype", "shape", "dat
 This module reads only the length and the header (never tensor data) and checks everything a consumer
 needs to trust before it seeks into the file: the header fits the file, is strict JSON without duplicate
 keys or non-finite numbers, every dtype is known, every shape is a list of non-negative integers, every
-byte range matches ``numel * itemsize``, lies inside the data section and overlaps no other tensor.
+byte range matches ``numel * itemsize``, and the tensors, taken in offset order, cover the data section
+exactly: the first starts at 0, each starts where the previous ends (no gap, no overlap) and the last
+ends at the end of the file. These are the rules of the reference ``safetensors`` library (its
+``validate``: InvalidOffset, TensorInvalidInfo, MetadataIncompleteBuffer); a header whose length prefix
+is off by a few bytes, or whose offsets leave gaps, shifts every row and is refused here, as there.
+Inputs must be regular files (a FIFO or device is refused without blocking on it).
 
 Standard library only: it runs on bare fleet hosts and inside the engine container.
 """
@@ -32,13 +37,15 @@ DTYPE_SIZES: Dict[str, int] = {
     "C64": 8,
 }
 
-# A real DeepSeek-V4.1-Flash shard header is a few hundred KiB; 100 MiB is the limit the reference
-# implementation uses. Anything bigger is refused before it is read.
-MAX_HEADER_BYTES = 100 * 1024 * 1024
-MAX_TENSORS = 1_000_000
+# A real DeepSeek-V4.1-Flash shard header is a few hundred KiB (about 1,000 tensors at ~150 bytes each)
+# and its index a few MiB. The reference implementation accepts headers up to 100 MiB, which costs
+# 0.3-0.9 GiB to parse in Python; these caps (16x and 4x what a real checkpoint needs) keep parsing a
+# header under ~64 MiB of memory and an index under ~256 MiB. Anything bigger is refused before it is read.
+MAX_HEADER_BYTES = 8 * 1024 * 1024
+MAX_TENSORS = 100_000
 MAX_DIMS = 16
 INDEX_NAME = "model.safetensors.index.json"
-MAX_INDEX_BYTES = 64 * 1024 * 1024
+MAX_INDEX_BYTES = 32 * 1024 * 1024
 
 
 class SafetensorsError(ValueError):
@@ -172,24 +179,30 @@ def parse_header(raw: bytes, file_size: int, path: str = "<buffer>") -> Safetens
                                    % (where, offsets, data_size))
         tensors[name] = TensorInfo(name, dtype, tuple(shape), begin, end, data_start)
 
+    # The reference's rule: in (begin, end) order the tensors tile [0, data_size) exactly.
+    position = 0
     previous: Optional[TensorInfo] = None
-    for info in sorted((t for t in tensors.values() if t.nbytes), key=lambda t: t.begin):
-        if previous is not None and info.begin < previous.end:
-            raise SafetensorsError("%s: tensors %r and %r overlap" % (path, previous.name, info.name))
+    for info in sorted(tensors.values(), key=lambda t: (t.begin, t.end)):
+        if info.begin < position:
+            raise SafetensorsError("%s: tensors %r and %r overlap (data_offsets %d < %d)"
+                                   % (path, previous.name, info.name, info.begin, position))
+        if info.begin > position:
+            raise SafetensorsError("%s: a gap of %d bytes before tensor %r (data_offsets start at %d, the previous "
+                                   "tensor ends at %d): the offsets do not cover the data section"
+                                   % (path, info.begin - position, info.name, info.begin, position))
+        position = info.end
         previous = info
+    if position != data_size:
+        raise SafetensorsError("%s: the tensors cover %d bytes but the data section after the %d byte header is %d "
+                               "bytes (header length wrong, file truncated or extended?)"
+                               % (path, position, header_len, data_size))
     return SafetensorsHeader(path=path, file_size=file_size, header_len=header_len, metadata=metadata, tensors=tensors)
 
 
 def read_header(path: str, max_header_bytes: int = MAX_HEADER_BYTES) -> SafetensorsHeader:
     """Read and validate the header of the safetensors file at ``path``; never reads tensor data."""
+    fd, st = open_regular(path)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise SafetensorsError("%s: cannot open: %s" % (path, exc.strerror or exc)) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise SafetensorsError("%s: not a regular file" % path)
         file_size = st.st_size
         try:  # exact reads only: no readahead of tensor data into the page cache
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
@@ -211,6 +224,34 @@ def read_header(path: str, max_header_bytes: int = MAX_HEADER_BYTES) -> Safetens
     finally:
         os.close(fd)
     return parse_header(raw, file_size, path)
+
+
+def open_regular(path: str) -> Tuple[int, os.stat_result]:
+    """Open ``path`` read-only without blocking (a FIFO would hang a plain open) and return (fd, fstat);
+    raise SafetensorsError unless it is a regular file. Symlinks are followed (a Hugging Face cache links
+    shards to blobs); what they point at must be a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise SafetensorsError("%s: cannot open: %s" % (path, exc.strerror or exc)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SafetensorsError("%s: not a regular file (%s): replace it with the real file"
+                                   % (path, _kind(st.st_mode)))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "mode 0o%o" % mode
 
 
 def _pread_exact(fd: int, size: int, offset: int, path: str) -> bytes:
@@ -238,17 +279,16 @@ def read_index(checkpoint_dir: str) -> Dict[str, str]:
     if not os.path.isdir(checkpoint_dir):
         raise SafetensorsError("checkpoint directory %s does not exist or is not a directory" % checkpoint_dir)
     path = os.path.join(checkpoint_dir, INDEX_NAME)
+    if not os.path.lexists(path):
+        raise SafetensorsError("%s: checkpoint index missing (No such file or directory)" % path)
+    fd, st = open_regular(path)
     try:
-        size = os.stat(path).st_size
-    except OSError as exc:
-        raise SafetensorsError("%s: checkpoint index missing (%s)" % (path, exc.strerror or exc)) from None
-    if size > MAX_INDEX_BYTES:
-        raise SafetensorsError("%s: index of %d bytes exceeds the %d byte limit" % (path, size, MAX_INDEX_BYTES))
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_INDEX_BYTES + 1)
-    except OSError as exc:
-        raise SafetensorsError("%s: cannot read index: %s" % (path, exc.strerror or exc)) from None
+        if st.st_size > MAX_INDEX_BYTES:
+            raise SafetensorsError("%s: index of %d bytes exceeds the %d byte limit" % (path, st.st_size,
+                                                                                      MAX_INDEX_BYTES))
+        raw = _pread_exact(fd, st.st_size, 0, path) if st.st_size else b""
+    finally:
+        os.close(fd)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -227,16 +227,25 @@ def test_refuses_when_space_is_short(ckpt, tmp_path, monkeypatch, check_mode):
 
 # --------------------------------------------------------------------------------------- resume
 
-def _make_partial(ckpt, dest, layer, rank, tp, rows, tail=b""):
+def _make_partial(ckpt, dest, layer, rank, tp, rows, tail=b"", chunk=1000, record=True):
+    """A partial as a killed pack leaves it: ``rows`` rows, and (``record``) its source record listing
+    the crc32 of each chunk of ``chunk`` rows."""
+    import zlib
     ref = reference_shard(ckpt, layer, rank, tp)
     path = os.path.join(str(dest), "engram-l%d-r%dof%d.partial" % (layer, rank, tp))
     with open(path, "wb") as handle:
         handle.write(ref[:4096 + rows * 264] + tail)
+    if record:
+        source = ep.load_sources(ckpt, [layer])[layer]
+        lo, hi = source.n * rank // tp, source.n * (rank + 1) // tp
+        chunks = [[start, min(chunk, rows - start), zlib.crc32(ref[4096 + start * 264:4096 + min(start + chunk, rows) * 264])]
+                  for start in range(0, rows, chunk)]
+        ep.write_source_record(path, source, lo, hi, chunks)
     return path, ref
 
 
 def test_resume_counts_held_bytes_and_finishes_identical(ckpt, tmp_path):
-    path, ref = _make_partial(ckpt, tmp_path, 1, 1, 3, 12345, tail=b"\x01" * 100)  # torn last row
+    path, ref = _make_partial(ckpt, tmp_path, 1, 1, 3, 12345, tail=b"\x01" * 100, chunk=4000)  # torn last row
     res = run_module(engram_pack, args(ckpt, tmp_path, 1, 3, layers=[1], chunk_rows=4000), check_mode=True)
     shard = res.result["shards"][0]
     assert (shard["state_before"], shard["action"], shard["resume_rows"]) == ("partial", "resume", 12345)
@@ -267,7 +276,7 @@ def test_partial_that_matches_nowhere_restarts(ckpt, tmp_path):
         handle.write(b"\x55" * (10000 * 264))
     result = pack(opts(ckpt, tmp_path, 0, 3, layers=[14], chunk_rows=1000))
     assert result["shards"][0]["resume_rows"] == 0
-    assert "does not match the source" in result["shards"][0]["reason_before"]
+    assert "no chunk that matches its record" in result["shards"][0]["reason_before"]
     assert open(result["shards"][0]["path"], "rb").read() == ref
 
 
@@ -286,7 +295,19 @@ def test_no_resume_restarts_and_complete_partial_is_finished(ckpt, tmp_path):
     result = pack(opts(ckpt, tmp_path, 2, 3, layers=[1], resume=False))
     shard = result["shards"][0]
     assert shard["resume_rows"] == 0 and shard["written_bytes"] == shard["bytes"]
-    os.rename(result["shards"][0]["path"], result["shards"][0]["partial_path"])  # killed just before the rename
+    os.unlink(shard["path"])
+
+    class Killed(BaseException):
+        pass
+
+    def killed(*_):
+        raise Killed()
+    original, ep.verify_shard = ep.verify_shard, killed  # killed while verifying: whole partial, before the rename
+    try:
+        with pytest.raises(Killed):
+            pack(opts(ckpt, tmp_path, 2, 3, layers=[1]))
+    finally:
+        ep.verify_shard = original
     result = pack(opts(ckpt, tmp_path, 2, 3, layers=[1]))
     shard = result["shards"][0]
     assert (shard["action"], shard["required_bytes"], shard["written_bytes"]) == ("finish", 0, 0)
@@ -374,6 +395,19 @@ def _set(name, **fields):
     return mutate
 
 
+def _scale_one_row_short(header):
+    """Scale of layer 14 one row (8 bytes) shorter, the tensor after it 8 bytes longer: still a well formed
+    file (the tensors cover the data section), but the weight and scale row counts differ."""
+    scale = header["layers.14.engram.embed.scale"]
+    begin, end = scale["data_offsets"]
+    scale.update(shape=[scale["shape"][0] - 1, 8], data_offsets=[begin, end - 8])
+    after = next(e for k, e in header.items() if k != "__metadata__" and e["data_offsets"][0] == end)
+    itemsize = {"BF16": 2, "F32": 4, "U8": 1, "F8_E4M3": 1}[after["dtype"]]
+    assert len(after["shape"]) == 1
+    after.update(shape=[after["shape"][0] + 8 // itemsize], data_offsets=[end - 8, after["data_offsets"][1]])
+    return header
+
+
 BAD_INPUT = {
     "missing checkpoint": (lambda c, d: shutil.rmtree(c), {}, "checkpoint directory"),
     "missing index": (lambda c, d: os.unlink(os.path.join(c, "model.safetensors.index.json")), {},
@@ -388,10 +422,7 @@ BAD_INPUT = {
                           "has dtype U8, expected F8_E8M0"),
     "wrong shape": (lambda c, d: _rewrite(c, 1, _set("layers.1.engram.embed.weight", shape=[6002, 128])), {},
                     "has shape [6002, 128], expected [N, 256]"),
-    "rows differ": (lambda c, d: _rewrite(c, 14, lambda h: (h["layers.14.engram.embed.scale"].update(
-        shape=[2002, 8], data_offsets=[h["layers.14.engram.embed.scale"]["data_offsets"][0],
-                                       h["layers.14.engram.embed.scale"]["data_offsets"][1] - 8]), h)[1]), {},
-                    "weight has 2003 rows but scale has 2002"),
+    "rows differ": (lambda c, d: _rewrite(c, 14, _scale_one_row_short), {}, "weight has 2003 rows but scale has 2002"),
     "corrupt header json": (lambda c, d: tbc.corrupt_header(os.path.join(c, "model-00001-of-00006.safetensors")),
                             {}, "not valid JSON"),
     "corrupt header utf8": (lambda c, d: tbc.corrupt_header(os.path.join(c, "model-00001-of-00006.safetensors"),

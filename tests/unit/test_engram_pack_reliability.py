@@ -48,7 +48,8 @@ def check_bins(dest, expected):
 
 
 @pytest.mark.slow
-def test_sigkill_at_random_moments_never_leaves_a_bad_bin(rel_ckpt, tmp_path):
+@pytest.mark.parametrize("trials", [TRIALS, pytest.param(60, marks=pytest.mark.slow)])
+def test_sigkill_at_random_moments_never_leaves_a_bad_bin(rel_ckpt, tmp_path, trials):
     expected = {"engram-l%d-r1of3.bin" % layer: hashlib.sha256(reference_shard(rel_ckpt, layer, 1, 3)).hexdigest()
                 for layer in ROWS}
     dest = tmp_path / "engram"
@@ -93,7 +94,7 @@ def test_sigkill_at_random_moments_never_leaves_a_bad_bin(rel_ckpt, tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.communicate()
 
-    for trial in range(TRIALS):
+    for trial in range(trials):
         for name in os.listdir(str(dest)):
             os.unlink(os.path.join(str(dest), name))
         mode = "sample" if trial % 3 == 0 else "none"
@@ -110,7 +111,7 @@ def test_sigkill_at_random_moments_never_leaves_a_bad_bin(rel_ckpt, tmp_path):
         outcomes["restarted"] += any(s["action"] == "write" for s in result["shards"])
         assert check_bins(dest, expected) == sorted(expected)
         assert not [n for n in os.listdir(str(dest)) if n.endswith(".partial")]
-    print("SIGKILL trials: %d, uninterrupted pack %s s (writing %s s), outcomes %s" % (TRIALS, full, writing, outcomes))
+    print("SIGKILL trials: %d, uninterrupted pack %s s (writing %s s), outcomes %s" % (trials, full, writing, outcomes))
     assert outcomes["resumed"] >= 3  # kills did land mid-shard, and the reruns resumed them
 
 
@@ -180,7 +181,9 @@ def test_enospc_in_the_middle_fails_clearly_and_resumes(rel_ckpt, tmp_path):
                               capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout
         shard = last_json(proc.stdout)["shards"][0]
-        assert shard["action"] == "resume" and shard["resume_rows"] >= 4 * 1024
+        # resumes from the chunks its source record lists: once the volume is full the record cannot be
+        # rewritten either, so what it keeps is the chunks recorded before (at least the first)
+        assert shard["action"] == "resume" and shard["resume_rows"] >= 1024
         with open(os.path.join(mount, "engram-l1-r1of3.bin"), "rb") as handle:
             assert handle.read() == reference_shard(rel_ckpt, 1, 1, 3)
     finally:
