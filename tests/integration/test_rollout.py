@@ -4,6 +4,8 @@ rollback restores a chosen run exactly."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -122,3 +124,33 @@ def test_ladder_keeps_its_winners_as_a_verified_combination(serving_fleet):
     for name in ladder["winners"]:
         assert name in kept
     assert "DSV41_VERIFY_CAP" in kept and "DSPARK_BLOCK_SIZE" not in kept and run.rc == 0
+
+
+def test_rollback_over_a_kept_host_change_refuses_with_the_command_that_reverts_it(testbed, tmp_path):
+    """Issue 20 item 4: quiesce (a host change: site.yml --tags quiesce) is kept now but was not at the run's
+    restore point; booting the older env cannot undo it, so the rollback refuses before touching a host,
+    names the command that runs the revert, and leaves the incumbent file as it is."""
+    runs = Path(os.environ.get("SPARKFLEET_RUNS_DIR") or ROOT / "runs")
+    name = f"{tmp_path.name}-rollout"
+    folder = runs / name
+    folder.mkdir(parents=True)
+    (folder / "restore-point.json").write_text(json.dumps({
+        "experiment": "quiesce", "incumbent": {"engine_env_incumbent": {}, "engine_env_incumbent_unset": [],
+                                               "incumbent_experiments": []},
+        "ranks": {h: {"host": h, "container": "dsv41-head" if h == "spark1" else "dsv41-worker",
+                      "image_id": "sha256:" + "0" * 64, "image_ref": "x", "env": []}
+                  for h in ("spark1", "spark2", "spark3")}}))
+    kept = "incumbent_experiments: [quiesce]\nengine_env_incumbent: {}\nengine_env_incumbent_unset: []\n"
+    INCUMBENT.write_text(kept)
+    try:
+        back = run_playbook("rollback.yml", extravars={"run": name})
+        assert back.rc != 0
+        assert ("undoes quiesce, which changed the hosts" in back.stdout
+                and f"playbooks/rollback.yml -e run={name} -e rollback_revert_host_changes=true" in back.stdout), \
+            back.stdout[-3000:]
+        assert "site.yml --tags quiesce" in back.stdout and '"quiesce_state": "restored"' in back.stdout
+        assert INCUMBENT.read_text() == kept
+        assert not back.results(module="engine_container")
+    finally:
+        INCUMBENT.unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
