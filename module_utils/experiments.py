@@ -154,3 +154,24 @@ def data_yaml(data: Any, comment: str = "") -> str:
     head = "".join(f"# {line}\n" for line in comment.splitlines())
     return head + yaml.dump(wrap(data), Dumper=_Dumper, default_flow_style=False, sort_keys=True,
                             allow_unicode=True, width=1000)
+
+
+def trial_phase(folder: str) -> str:
+    """Where a rollout run in ``folder`` stands, from the evidence it has written so far (for progress lines
+    of long trials): restore point, incumbent arm, candidate boot, candidate arm, deciding and restoring, done."""
+    import os
+
+    def has(*parts: str) -> bool:
+        return os.path.exists(os.path.join(folder, *parts))
+
+    if has("rollout.json"):
+        return "done"
+    if has("bench-candidate.json"):
+        return "deciding and restoring"
+    if has("boot-logs", "candidate"):
+        return "candidate arm (booted, measuring)"
+    if has("bench-incumbent.json"):
+        return "applying and booting the candidate"
+    if has("restore-point.json"):
+        return "incumbent arm (measuring)"
+    return "recording the restore point"

@@ -10,7 +10,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "module_utils"))
-from experiments import data_yaml, playbook_argv  # noqa: E402
+from experiments import data_yaml, playbook_argv, trial_phase  # noqa: E402
 
 try:
     from ansible.errors import AnsibleFilterError
@@ -41,4 +41,5 @@ def to_data_yaml(data, comment=""):
 
 class FilterModule:
     def filters(self):
-        return {"experiment_playbook_argv": experiment_playbook_argv, "to_data_yaml": to_data_yaml}
+        return {"experiment_playbook_argv": experiment_playbook_argv, "to_data_yaml": to_data_yaml,
+                "rollout_trial_phase": lambda folder: trial_phase(str(folder))}

@@ -100,6 +100,18 @@ def test_packing_is_kept_then_rollback_restores_the_earlier_run(serving_fleet, h
         assert sorted(now["Config"]["Env"]) == env and now["Image"] == image
 
 
+def test_a_memory_changing_experiment_is_kept_when_the_ledger_matches(serving_fleet):
+    """Issue 20 item 1: wo_a_w8 costs 688 MiB per rank (FLEET.md section 5); the KV budget each rank prints
+    (available_bytes=... GB) shrinks by that much, so the ledger holds and the measured gain keeps it."""
+    run, result = rollout(experiment="wo_a_w8")
+    assert run.rc == 0 and result["outcome"] == "kept", (result, run.stdout[-3000:])
+    for host, led in result["memory"].items():
+        assert led["checked"] and led["ok"], (host, led)
+        assert abs(led["change_bytes"] + 688 * 1048576) <= 64 * 1048576, (host, led)
+    assert "wo_a_w8" in INCUMBENT.read_text()
+    assert "wo_a_w8: KEPT." in run.stdout
+
+
 def test_bad_input_stops_before_any_host_changes(testbed):
     for extra, text in (({"experiment": "no_such_thing", "window_confirmed": True}, "unknown experiment"),
                         ({"experiment": "folded_fence"}, "confirm the maintenance window"),
