@@ -158,7 +158,7 @@ def judge(experiment: dict, ranks: Sequence[dict], incumbent=None, candidate=Non
             failed.append(f"{who} did not boot the candidate")
             continue
         if c.get("failed"):
-            failed.append(f"{who} failed to boot the candidate: {c.get('error') or 'failed'}")
+            failed.append(f"{who} failed to boot the candidate: {' '.join(str(c.get('error') or 'failed').split())}")
             continue
         for m in c.get("markers_missing") or []:
             failed.append(f"{who} did not print the marker {m}")

@@ -100,7 +100,20 @@ def test_packing_is_kept_then_rollback_restores_the_earlier_run(serving_fleet, h
         assert sorted(now["Config"]["Env"]) == env and now["Image"] == image
 
 
-def test_a_memory_changing_experiment_is_kept_when_the_ledger_matches(serving_fleet):
+@pytest.fixture
+def serving_clean_fleet():
+    """A quiet fleet (scenario clean): on the seed scenario spark3's desktop holds 0.35 GiB, which leaves its
+    KV budget 0.68 GB, less than wo_a_w8's 688 MiB (the candidate fails to boot there, as it would on GB10)."""
+    ensure_testbed(scenario="clean", fresh=True)
+    INCUMBENT.write_text(SLOW_SIM)
+    start = run_playbook("engine.yml")
+    assert start.rc == 0, start.stdout[-2000:]
+    yield
+    INCUMBENT.unlink(missing_ok=True)
+    ensure_testbed(fresh=True)
+
+
+def test_a_memory_changing_experiment_is_kept_when_the_ledger_matches(serving_clean_fleet):
     """Issue 20 item 1: wo_a_w8 costs 688 MiB per rank (FLEET.md section 5); the KV budget each rank prints
     (available_bytes=... GB) shrinks by that much, so the ledger holds and the measured gain keeps it."""
     run, result = rollout(experiment="wo_a_w8")
