@@ -125,6 +125,20 @@ def test_a_memory_changing_experiment_is_kept_when_the_ledger_matches(serving_cl
     assert "wo_a_w8: KEPT." in run.stdout
 
 
+def test_a_failed_apply_ends_with_a_short_summary(serving_fleet):
+    """Issue 20 item 3: a host change that fails on one rank ends the play with what failed, where, what was
+    restored and where the evidence is; no internal error, no nested escaped JSON."""
+    run, result = rollout(experiment_file=str(FIXTURES / "experiments" / "pack_without_relocation.yml"))
+    assert run.rc != 0 and result["outcome"] == "failed", result
+    assert any(r.startswith("applying the change failed on spark2 (rank 1): ") for r in result["reasons"]), result
+    assert result["restore_ok"]
+    final = [e["event_data"]["res"]["msg"] for e in run.events if e.get("event") == "runner_on_failed"][-1]
+    assert final.startswith("pack_without_relocation: FAILED.")
+    assert "on spark2 (rank 1)" in final and "Restored to the restore point and proven: spark1, spark2, spark3." in final
+    assert f"Evidence: {run.run_dir}" in final
+    assert "has no attribute" not in run.stdout and '\\"' not in final
+
+
 def test_bad_input_stops_before_any_host_changes(testbed):
     for extra, text in (({"experiment": "no_such_thing", "window_confirmed": True}, "unknown experiment"),
                         ({"experiment": "folded_fence"}, "confirm the maintenance window"),
