@@ -30,9 +30,11 @@ def _plain(value):
     return value
 
 
-def rollout_judge(experiment, hosts, ranks, roles, restore, candidate_checks, incumbent=None, candidate=None,
+def rollout_judge(experiment, hosts, ranks, roles, restore, checks, incumbent=None, candidate=None,
                   smoke_answer="", kv_tolerance_mib=64, apply_failed=False, apply_stdout=""):
-    """The rollout's decision from the lists playbooks/rollout.yml gathers (one entry per rank of groups['fleet'])."""
+    """The rollout's decision from the lists playbooks/rollout.yml gathers (one entry per rank of groups['fleet']);
+    ``checks``: each rank's _rollout_checks ({} when it never booted; its 'candidate' entry is used)."""
+    candidate_checks = [(c or {}).get("candidate") if hasattr(c or {}, "get") else None for c in checks]
     rows = [{"host": h, "rank": r, "role": role, "restore": _plain(rp or {}), "candidate": _plain(c) if c else None}
             for h, r, role, rp, c in zip(hosts, ranks, roles, restore, candidate_checks)]
     fails = apply_failures(str(apply_stdout or ""), dict(zip(hosts, ranks))) if apply_failed else []
