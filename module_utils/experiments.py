@@ -126,3 +126,52 @@ def playbook_argv(step: Any, ansible_playbook: str, playbook_dir: str, inventory
         raise ValueError(f"tags must be a list of names, not {tags!r}")
     argv = [ansible_playbook, f"{playbook_dir.rstrip('/')}/{step['playbook']}", "-i", inventory, "-e", extra_vars]
     return argv + (["--tags", ",".join(tags)] if tags else [])
+
+
+def data_yaml(data: Any, comment: str = "") -> str:
+    """YAML text for a variables file that stays data: every string value is tagged ``!unsafe``, so Ansible
+    never templates it when it loads the file (issue 19: an experiment's env value such as
+    ``{{ lookup('pipe', ...) }}`` written into group_vars/ would otherwise run on the controller).
+    Mapping keys stay plain (they are validated names). ``comment`` lines head the file."""
+    import yaml
+
+    class _Unsafe(str):
+        pass
+
+    def wrap(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): wrap(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [wrap(v) for v in value]
+        if isinstance(value, str):
+            return _Unsafe(value)
+        return value
+
+    class _Dumper(yaml.SafeDumper):
+        pass
+
+    _Dumper.add_representer(_Unsafe, lambda d, s: d.represent_scalar("!unsafe", str(s), style="'"))
+    head = "".join(f"# {line}\n" for line in comment.splitlines())
+    return head + yaml.dump(wrap(data), Dumper=_Dumper, default_flow_style=False, sort_keys=True,
+                            allow_unicode=True, width=1000)
+
+
+def trial_phase(folder: str) -> str:
+    """Where a rollout run in ``folder`` stands, from the evidence it has written so far (for progress lines
+    of long trials): restore point, incumbent arm, candidate boot, candidate arm, deciding and restoring, done."""
+    import os
+
+    def has(*parts: str) -> bool:
+        return os.path.exists(os.path.join(folder, *parts))
+
+    if has("rollout.json"):
+        return "done"
+    if has("bench-candidate.json"):
+        return "deciding and restoring"
+    if has("boot-logs", "candidate"):
+        return "candidate arm (booted, measuring)"
+    if has("bench-incumbent.json"):
+        return "applying and booting the candidate"
+    if has("restore-point.json"):
+        return "incumbent arm (measuring)"
+    return "recording the restore point"

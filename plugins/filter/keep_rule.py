@@ -1,11 +1,13 @@
-"""Filters `keep_decision` and `autotune_comparable`: the rollout keep rule (module_utils/keep_rule.py) for playbooks."""
+"""Filters for the rollout decision (module_utils/keep_rule.py) in playbooks: `keep_decision`,
+`autotune_comparable`, `rollout_judge` (gates, guards, memory ledger and keep rule in one call),
+`rollout_apply_failures` and `rollout_summary`."""
 from __future__ import annotations
 
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "module_utils"))
-from keep_rule import autotune_comparable, decide  # noqa: E402
+from keep_rule import apply_failures, autotune_comparable, decide, judge, summary  # noqa: E402
 
 
 def keep_decision(candidate, incumbent, guards=(), comparable=True, timing_valid=True, seed=0):
@@ -17,6 +19,40 @@ def rollout_autotune_comparable(incumbent, candidate):
     return autotune_comparable(incumbent, candidate)
 
 
+def _plain(value):
+    """Ansible's lazy containers and tagged strings as plain Python data."""
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def rollout_judge(experiment, hosts, ranks, roles, restore, checks, incumbent=None, candidate=None,
+                  smoke_answer="", kv_tolerance_mib=64, apply_failed=False, apply_stdout=""):
+    """The rollout's decision from the lists playbooks/rollout.yml gathers (one entry per rank of groups['fleet']);
+    ``checks``: each rank's _rollout_checks ({} when it never booted; its 'candidate' entry is used)."""
+    candidate_checks = [(c or {}).get("candidate") if hasattr(c or {}, "get") else None for c in checks]
+    rows = [{"host": h, "rank": r, "role": role, "restore": _plain(rp or {}), "candidate": _plain(c) if c else None}
+            for h, r, role, rp, c in zip(hosts, ranks, roles, restore, candidate_checks)]
+    fails = apply_failures(str(apply_stdout or ""), dict(zip(hosts, ranks))) if apply_failed else []
+    return judge(_plain(experiment), rows, _plain(incumbent) if incumbent else None,
+                 _plain(candidate) if candidate else None, str(smoke_answer), int(kv_tolerance_mib),
+                 fails, bool(apply_failed))
+
+
+def rollout_apply_failures(stdout, ranks=None):
+    return apply_failures(str(stdout or ""), _plain(ranks or {}))
+
+
+def rollout_summary(result, run_dir):
+    return summary(_plain(result), str(run_dir))
+
+
 class FilterModule:
     def filters(self):
-        return {"keep_decision": keep_decision, "autotune_comparable": rollout_autotune_comparable}
+        return {"keep_decision": keep_decision, "autotune_comparable": rollout_autotune_comparable,
+                "rollout_judge": rollout_judge, "rollout_apply_failures": rollout_apply_failures,
+                "rollout_summary": rollout_summary}

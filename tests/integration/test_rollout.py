@@ -4,6 +4,8 @@ rollback restores a chosen run exactly."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -98,6 +100,45 @@ def test_packing_is_kept_then_rollback_restores_the_earlier_run(serving_fleet, h
         assert sorted(now["Config"]["Env"]) == env and now["Image"] == image
 
 
+@pytest.fixture
+def serving_clean_fleet():
+    """A quiet fleet (scenario clean): on the seed scenario spark3's desktop holds 0.35 GiB, which leaves its
+    KV budget 0.68 GB, less than wo_a_w8's 688 MiB (the candidate fails to boot there, as it would on GB10)."""
+    ensure_testbed(scenario="clean", fresh=True)
+    INCUMBENT.write_text(SLOW_SIM)
+    start = run_playbook("engine.yml")
+    assert start.rc == 0, start.stdout[-2000:]
+    yield
+    INCUMBENT.unlink(missing_ok=True)
+    ensure_testbed(fresh=True)
+
+
+def test_a_memory_changing_experiment_is_kept_when_the_ledger_matches(serving_clean_fleet):
+    """Issue 20 item 1: wo_a_w8 costs 688 MiB per rank (FLEET.md section 5); the KV budget each rank prints
+    (available_bytes=... GB) shrinks by that much, so the ledger holds and the measured gain keeps it."""
+    run, result = rollout(experiment="wo_a_w8")
+    assert run.rc == 0 and result["outcome"] == "kept", (result, run.stdout[-3000:])
+    for host, led in result["memory"].items():
+        assert led["checked"] and led["ok"], (host, led)
+        assert abs(led["change_bytes"] + 688 * 1048576) <= 64 * 1048576, (host, led)
+    assert "wo_a_w8" in INCUMBENT.read_text()
+    assert "wo_a_w8: KEPT." in run.stdout
+
+
+def test_a_failed_apply_ends_with_a_short_summary(serving_fleet):
+    """Issue 20 item 3: a host change that fails on one rank ends the play with what failed, where, what was
+    restored and where the evidence is; no internal error, no nested escaped JSON."""
+    run, result = rollout(experiment_file=str(FIXTURES / "experiments" / "pack_without_relocation.yml"))
+    assert run.rc != 0 and result["outcome"] == "failed", result
+    assert any(r.startswith("applying the change failed on spark2 (rank 1): ") for r in result["reasons"]), result
+    assert result["restore_ok"]
+    final = [e["event_data"]["res"]["msg"] for e in run.events if e.get("event") == "runner_on_failed"][-1]
+    assert final.startswith("pack_without_relocation: FAILED.")
+    assert "on spark2 (rank 1)" in final and "Restored to the restore point and proven: spark1, spark2, spark3." in final
+    assert f"Evidence: {run.run_dir}" in final
+    assert "has no attribute" not in run.stdout and '\\"' not in final
+
+
 def test_bad_input_stops_before_any_host_changes(testbed):
     for extra, text in (({"experiment": "no_such_thing", "window_confirmed": True}, "unknown experiment"),
                         ({"experiment": "folded_fence"}, "confirm the maintenance window"),
@@ -122,3 +163,33 @@ def test_ladder_keeps_its_winners_as_a_verified_combination(serving_fleet):
     for name in ladder["winners"]:
         assert name in kept
     assert "DSV41_VERIFY_CAP" in kept and "DSPARK_BLOCK_SIZE" not in kept and run.rc == 0
+
+
+def test_rollback_over_a_kept_host_change_refuses_with_the_command_that_reverts_it(testbed, tmp_path):
+    """Issue 20 item 4: quiesce (a host change: site.yml --tags quiesce) is kept now but was not at the run's
+    restore point; booting the older env cannot undo it, so the rollback refuses before touching a host,
+    names the command that runs the revert, and leaves the incumbent file as it is."""
+    runs = Path(os.environ.get("SPARKFLEET_RUNS_DIR") or ROOT / "runs")
+    name = f"{tmp_path.name}-rollout"
+    folder = runs / name
+    folder.mkdir(parents=True)
+    (folder / "restore-point.json").write_text(json.dumps({
+        "experiment": "quiesce", "incumbent": {"engine_env_incumbent": {}, "engine_env_incumbent_unset": [],
+                                               "incumbent_experiments": []},
+        "ranks": {h: {"host": h, "container": "dsv41-head" if h == "spark1" else "dsv41-worker",
+                      "image_id": "sha256:" + "0" * 64, "image_ref": "x", "env": []}
+                  for h in ("spark1", "spark2", "spark3")}}))
+    kept = "incumbent_experiments: [quiesce]\nengine_env_incumbent: {}\nengine_env_incumbent_unset: []\n"
+    INCUMBENT.write_text(kept)
+    try:
+        back = run_playbook("rollback.yml", extravars={"run": name})
+        assert back.rc != 0
+        assert ("undoes quiesce, which changed the hosts" in back.stdout
+                and f"playbooks/rollback.yml -e run={name} -e rollback_revert_host_changes=true" in back.stdout), \
+            back.stdout[-3000:]
+        assert "site.yml --tags quiesce" in back.stdout and '"quiesce_state": "restored"' in back.stdout
+        assert INCUMBENT.read_text() == kept
+        assert not back.results(module="engine_container")
+    finally:
+        INCUMBENT.unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)

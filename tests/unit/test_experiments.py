@@ -1,4 +1,5 @@
 """The experiment catalog: every file valid against the schema; the schema catches real mistakes."""
+import re
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,42 @@ def test_playbook_argv_of_apply_and_revert_steps():
 def test_playbook_argv_rejects_a_step_it_cannot_run(step):
     with pytest.raises(ValueError):
         playbook_argv(step, "ap", "/p", "inv", "{}")
+
+
+# --- ready ladders (issue 20 item 9) ------------------------------------------------------------------
+LADDERS = Path(__file__).resolve().parents[2] / "ladders"
+
+
+def test_the_ladder_header_example_exists_and_every_stage_has_a_ladder():
+    header = (LADDERS.parent / "playbooks" / "ladder.yml").read_text()
+    named = re.findall(r"ladder=(ladders/[\w.-]+\.yml)", header)
+    assert named and all((LADDERS.parent / n).is_file() for n in named), named
+    stages = {yaml.safe_load(p.read_text())["name"].split("-")[1].upper() for p in LADDERS.glob("stage-*.yml")}
+    assert stages == set("BCDEFGHI")  # stage A changes hosts: rollout.yml on its own
+
+
+@pytest.mark.parametrize("path", sorted(LADDERS.glob("*.yml")), ids=lambda p: p.name)
+def test_each_ladder_names_env_experiments_that_can_run_from_one_incumbent(path):
+    docs = load_all()
+    ladder = yaml.safe_load(path.read_text())
+    assert ladder["name"] == path.stem and ladder["experiments"]
+    for name in ladder["experiments"]:
+        assert name in docs, f"{path.name}: unknown experiment {name}"
+        assert not docs[name]["apply"].get("playbook"), f"{path.name}: {name} changes hosts"
+        # A trial runs from the incumbent: a prerequisite inside the same ladder could never be kept first.
+        assert not set(docs[name]["prerequisites"]) & set(ladder["experiments"]), (path.name, name)
+        stage = path.stem.split("-")[1].upper()
+        assert docs[name]["stage"] == stage, (path.name, name, docs[name]["stage"])
+
+
+def test_trial_phase_follows_the_evidence(tmp_path):
+    from ansible.module_utils.experiments import trial_phase
+
+    assert trial_phase(str(tmp_path)) == "recording the restore point"
+    (tmp_path / "restore-point.json").write_text("{}")
+    assert trial_phase(str(tmp_path)) == "incumbent arm (measuring)"
+    (tmp_path / "bench-incumbent.json").write_text("{}")
+    (tmp_path / "boot-logs" / "candidate").mkdir(parents=True)
+    assert trial_phase(str(tmp_path)) == "candidate arm (booted, measuring)"
+    (tmp_path / "rollout.json").write_text("{}")
+    assert trial_phase(str(tmp_path)) == "done"
