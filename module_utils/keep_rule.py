@@ -228,8 +228,14 @@ def apply_failures(stdout: str, ranks: dict | None = None) -> list[dict]:
         if not isinstance(msg, str) or not msg:
             msg = (body.get("stderr") or body.get("stdout") or "failed") if isinstance(body, dict) else "failed"
         msg = " ".join(str(msg).split())
-        out.append({"host": m.group(1), "rank": (ranks or {}).get(m.group(1), "?"), "task": task,
-                    "msg": msg[:400]})
+        host = m.group(1)
+        if host not in (ranks or {}):
+            # A refusal raised on the controller (localhost, run_once) names the fleet host it is about:
+            # attribute it to that host and its rank, not to the controller.
+            named = [h for h in (ranks or {}) if re.search(rf"(?<![\w.-]){re.escape(h)}(?![\w.-])", msg)]
+            if len(named) == 1:
+                host = named[0]
+        out.append({"host": host, "rank": (ranks or {}).get(host, "?"), "task": task, "msg": msg[:400]})
     return out
 
 

@@ -172,3 +172,13 @@ def test_a_failed_apply_names_the_rank_and_the_message_not_escaped_json():
     assert text.splitlines()[0] == "pack_engram: FAILED."
     assert "on spark2 (rank 1)" in text and "Restored to the restore point and proven: spark1, spark2." in text
     assert "Evidence: /runs/r1" in text and '\\"' not in text and "{" not in text
+
+
+def test_a_refusal_raised_on_the_controller_is_attributed_to_the_fleet_host_it_names():
+    """A run_once refusal is printed as `fatal: [localhost]`; its message names the rank's host (seen failing:
+    the summary said 'failed on localhost (rank ?)')."""
+    out = ('TASK [Refuse before any write when a rank lacks space]\n'
+           'fatal: [localhost]: FAILED! => {"changed": false, "msg": "spark2 rank 1: 63 GiB needed, 20 GiB free"}\n'
+           'fatal: [localhost]: FAILED! => {"changed": false, "msg": "spark1 and spark12 both refused"}\n')
+    fails = apply_failures(out, {"spark1": 0, "spark2": 1, "spark12": 11})
+    assert [(f["host"], f["rank"]) for f in fails] == [("spark2", 1), ("localhost", "?")]
