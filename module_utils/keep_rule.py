@@ -78,18 +78,20 @@ def decide(candidate: Sequence[float], incumbent: Sequence[float], guards: Seque
 MIB = 1048576
 # The engine prints the KV budget with a unit (FLEET.md section 7: `available_bytes=8.84 GB`); the boot-log
 # parser keeps the number and the unit apart (kv.units). The simulator prints bytes / 1e9 as GB.
-UNIT_BYTES = {"B": 1, "KB": 10 ** 3, "MB": 10 ** 6, "GB": 10 ** 9, "TB": 10 ** 12,
+# SGLang prints GPU memory as "GB" but computes it as free bytes / 2**30 (module_utils/sglang_log.py agrees):
+# its GB and MB are binary units.
+UNIT_BYTES = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40,
               "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 
 
 def kv_available_bytes(kv) -> int | None:
     """The KV cache's available memory of one boot in bytes (an integer), from boot_log_facts' kv result.
 
-    Prefers an integer byte count (``available_bytes_int`` or an ``available_bytes`` without a unit), else
+    Prefers the parser's integer byte count (``available_bytes_bytes``), else
     converts the printed number with the unit the parser reports. None when the boot printed no KV line."""
     if not isinstance(kv, dict):
         return None
-    for key in ("available_bytes_int", "available_bytes_exact"):
+    for key in ("available_bytes_bytes", "available_bytes_int", "available_bytes_exact"):
         if isinstance(kv.get(key), int) and not isinstance(kv.get(key), bool):
             return kv[key]
     value = kv.get("available_bytes")

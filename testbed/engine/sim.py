@@ -33,7 +33,7 @@ ROW_BYTES = 264
 GIB = 1024 ** 3
 ADAPTER_DIR = "/opt/dsv41/adapter"
 BYTES_PER_FULL_TOKEN = 1670.75
-SWA_FIXED = 0.30e9
+SWA_FIXED = 0.30 * GIB
 # Per-rank bytes the weights, graphs and workspace take inside the static fraction (TP3), chosen so that
 # memory fraction 0.95 on a quiet 128 GB node leaves ~1.04 GB for the KV cache as on the real fleet.
 RANK_WEIGHTS_BYTES = 123.06e9
@@ -526,7 +526,7 @@ def kv_capacity(env: dict, mem: dict, desktop: bool, extra_bytes: float) -> dict
             f"{available / GIB:.2f} GiB (needs {HEADROOM_BYTES / GIB:.0f} GiB headroom)")
     avail = static - RANK_WEIGHTS_BYTES - extra_bytes - (DISPLAY_RESERVE_BYTES if desktop else 0)
     if avail <= SWA_FIXED:
-        raise BootError(f"Not enough memory for the KV cache: available_bytes={avail / 1e9:.2f} GB; "
+        raise BootError(f"Not enough memory for the KV cache: available_bytes={avail / GIB:.2f} GB; "
                         "raise mem_fraction_static or free memory")
     full = int((avail - SWA_FIXED) / BYTES_PER_FULL_TOKEN)
     return {"available": avail, "full_token": full}
@@ -594,8 +594,8 @@ def run() -> int:
     avail = capacity["available"]
     log(f"Initialized DSpark draft runner. attention_backend=dsv4, model=DeepseekV4ForCausalLMDSpark, "
         f"gamma={block}, verify_num_draft_tokens={block + 1}")
-    log(f"DSV4 memory calculation: bytes_per_full_token={BYTES_PER_FULL_TOKEN}, available_bytes={avail / 1e9:.2f} GB, "
-        f"c128_state_fixed=0.00 GB, swa_fixed={SWA_FIXED / 1e9:.2f} GB, full_token={capacity['full_token']}")
+    log(f"DSV4 memory calculation: bytes_per_full_token={BYTES_PER_FULL_TOKEN}, available_bytes={avail / GIB:.2f} GB, "
+        f"c128_state_fixed=0.00 GB, swa_fixed={SWA_FIXED / GIB:.2f} GB, full_token={capacity['full_token']}")
     # The pool is the same on every rank: the smallest rank's capacity, clamped by the pin.
     capacity_tokens = min(r["full_token"] for r in fleet)
     pin = int(env.get("MAX_TOTAL_TOKENS", "0") or 0)
@@ -603,15 +603,15 @@ def run() -> int:
     tokens = tokens // 256 * 256
     log(pool_sizes_line(capacity["full_token"]))
     log(pool_sizes_line(tokens))          # capped (by the pin, the smallest rank): this is the pool
-    log(f"Memory pool end. avail mem={avail / 1e9:.2f} GB")
+    log(f"Memory pool end. avail mem={avail / GIB:.2f} GB")
     for line in apply_autotune(decision, info["autotune"], env):
         log(line)
     chunk = int(env.get("CHUNKED_PREFILL_SIZE", "1024") or 1024)
     log(f"Capture target verify CUDA graph begin. backend=full, num_tokens_per_req={block + 1}, "
-        f"bs={list(range(1, slots + 1))}, avail mem={avail / 1e9:.2f} GB")
+        f"bs={list(range(1, slots + 1))}, avail mem={avail / GIB:.2f} GB")
     time.sleep(0.2 * scale)
     log(f"Capture target verify CUDA graph end. elapsed={0.2 * scale:.2f} s, mem usage=0.41 GB, "
-        f"avail mem={avail / 1e9 - 0.41:.2f} GB.")
+        f"avail mem={avail / GIB - 0.41:.2f} GB.")
     if rank != 0:
         log(f"Dummy health check server started in background thread at 0.0.0.0:{env.get('PORT', '8888')}")
         with open("/tmp/sim-ready", "w") as fh:
@@ -619,7 +619,7 @@ def run() -> int:
         while True:
             time.sleep(3600)
     log(f"max_total_num_tokens={tokens}, chunked_prefill_size={chunk}, max_prefill_tokens=16384, "
-        f"max_running_requests={slots}, context_len=1048576, available_gpu_mem={avail / 1e9 - 0.12:.2f} GB")
+        f"max_running_requests={slots}, context_len=1048576, available_gpu_mem={avail / GIB - 0.12:.2f} GB")
     elapsed = time.monotonic() - started
     log_main(f"Engine startup timings (s): load_weight={load_s + 0.05 * scale:.2f}, kv_cache_allocation=0.01, "
              f"scheduler_e2e={elapsed:.2f}, cuda_graph={{prefill=0.00, decode=0.00, target_verify={0.2 * scale:.2f}, "

@@ -102,7 +102,11 @@ def fleet(after_gb, before_gb=GB_KV, smoke="4", **cand):
 
 
 def test_kv_bytes_carry_the_unit():
-    assert kv_available_bytes(kv(8.84)) == 8_840_000_000
+    # SGLang's "GB" is free bytes / 2**30 (FLEET.md section 7a): 8.84 GB is 8.84 GiB.
+    assert kv_available_bytes(kv(8.84)) == round(8.84 * (1 << 30))
+    # The parser's integer bytes win over the printed number.
+    assert kv_available_bytes({"available_bytes": 8.84, "units": {"available_bytes": "GB"},
+                               "available_bytes_bytes": 9_491_864_125}) == 9_491_864_125
     assert kv_available_bytes({"available_bytes": 1.5, "units": {"available_bytes": "GiB"}}) == 3 << 29
     assert kv_available_bytes({"available_bytes": 8_840_000_000}) == 8_840_000_000
     assert kv_available_bytes({"available_bytes_int": 123, "available_bytes": 0.0}) == 123
@@ -111,7 +115,7 @@ def test_kv_bytes_carry_the_unit():
 
 def test_a_memory_changing_experiment_is_kept_when_the_ledger_matches():
     # wo_a_w8 costs 688 MiB per rank: the KV budget shrinks by 688 MiB (0.72 GB), within the 64 MiB tolerance.
-    after = GB_KV - 688 * MIB / 1e9
+    after = GB_KV - 688 * MIB / 2 ** 30
     r = judge(exp(688), fleet(after), bench(100, 0.01, 2), bench(112, 0.01, 1), smoke_answer="4")
     assert r["outcome"] == "kept", r["reasons"]
     led = r["memory"]["spark2"]
@@ -119,7 +123,7 @@ def test_a_memory_changing_experiment_is_kept_when_the_ledger_matches():
 
 
 def test_a_memory_saving_experiment_is_kept_and_a_wrong_sign_is_not():
-    grown = GB_KV + 688 * MIB / 1e9
+    grown = GB_KV + 688 * MIB / 2 ** 30
     assert judge(exp(-688), fleet(grown), bench(100, 0.01, 2), bench(112, 0.01, 1), "4")["outcome"] == "kept"
     r = judge(exp(688), fleet(grown), bench(100, 0.01, 2), bench(112, 0.01, 1), "4")
     assert r["outcome"] == "reverted" and any("memory ledger: rank 1" in g for g in r["guards"])
@@ -128,7 +132,7 @@ def test_a_memory_saving_experiment_is_kept_and_a_wrong_sign_is_not():
 def test_a_zero_mib_experiment_with_a_real_memory_regression_is_reverted():
     r = judge(exp(0), fleet(GB_KV - 0.5), bench(100, 0.01, 2), bench(112, 0.01, 1), "4")
     assert r["outcome"] == "reverted"
-    assert any("KV memory changed by -477 MiB, expected +0 MiB" in g for g in r["guards"]), r["guards"]
+    assert any("KV memory changed by -512 MiB, expected +0 MiB" in g for g in r["guards"]), r["guards"]
 
 
 def test_failing_gates_make_a_failed_outcome():
