@@ -22,6 +22,8 @@ description:
     O_CREAT|O_EXCL|O_NOFOLLOW and are renamed within their own directory; a pre-existing C(.partial) that is a
     link or has other names is refused. Before a source is removed its archive copy is hashed again and
     compared with the source's sha256; the C(.sha256) record next to a copy is never taken as proof.
+  - A whole copy found without its C(.sha256) record (a run killed between the rename and the record) is hashed
+    against its source and gets its record (action C(record)), so a rerun leaves what an uninterrupted run does.
   - A failure in the middle of a run reports what the run already did (C(removed_sources), C(verified_copies),
     C(left), C(changed)); rerunning finishes the job without copying finished shards again.
 version_added: "1.0.0"

@@ -43,7 +43,7 @@ class StaleFile:
     bytes: int
     reason: str
     state: str = "stale"          # stale | copied | relocated | failed
-    action: str = "none"          # none | copy | copy+remove | remove
+    action: str = "none"          # none | copy | copy+remove | remove | record (write a missing .sha256)
     sha256: str = ""
     # how the archive copy is known to match: "" (no copy yet), "record" (its .sha256 record only: the
     # plan's hint, re-hashed before any removal), "sha256" (hashed against the source in this run)
@@ -226,6 +226,10 @@ def plan(stale_paths: List[str], archive_dir: str, remove_source: bool, engram_d
             result.copy_bytes += item.bytes
         elif remove_source:
             item.action = "remove"
+        elif item.verified == "sha256":
+            # a whole copy without its record (a run killed between rename and record): write the record,
+            # so a rerun leaves the archive as an uninterrupted run would
+            item.action = "record"
         if remove_source:
             result.freed_bytes += item.bytes
         result.files.append(item)
@@ -436,6 +440,10 @@ def apply(result: Plan) -> List[StaleFile]:
                     source_sha = sha256_file(item.source)
                     _verify_copy(item, dirfd, source_sha)
                     item.verified, item.sha256 = "sha256", source_sha
+                    if not _record_matches(item.source, item.archive):
+                        _write_record(item, dirfd, where, source_sha)
+                    if item.action == "record":
+                        done.append(item)
                 if item.action in ("copy+remove", "remove"):
                     _unlink_source(item, src_st)
                     item.state = "relocated"
@@ -479,5 +487,6 @@ def diff_lines(result: Plan) -> tuple[str, str]:
         before.append(f"{item.source}: present ({item.bytes} bytes); archive {item.archive}: "
                       f"{'present' if item.state == 'copied' else 'absent'}")
         src_after = "removed" if item.action in ("copy+remove", "remove") else "present"
-        after.append(f"{item.source}: {src_after}; archive {item.archive}: present (verified sha256)")
+        record = ", .sha256 record written" if item.action == "record" else ""
+        after.append(f"{item.source}: {src_after}; archive {item.archive}: present (verified sha256{record})")
     return "\n".join(before) + ("\n" if before else ""), "\n".join(after) + ("\n" if after else "")
