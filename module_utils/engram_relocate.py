@@ -133,7 +133,8 @@ def _archive_parts(result: Plan, source: str) -> List[str]:
     return result.archive_tail + [p for p in os.path.dirname(source).split(os.sep) if p]
 
 
-def _check_archive_path(root: str, root_dev: int, parts: List[str], name: str, archive_dir: str) -> Optional[os.stat_result]:
+def _check_archive_path(root: str, root_dev: int, parts: List[str], name: str,
+                        archive_dir: str) -> Optional[os.stat_result]:
     """Read-only walk of the archive path below its root: every existing directory is a real directory
     on the root's volume; the copy, if present, a regular file with one name. Returns its lstat."""
     path = root
@@ -296,6 +297,12 @@ def _open_archive_dir(result: Plan, item: StaleFile, create: bool) -> int:
             os.close(fd)
             fd = child
             _refuse_dir(os.fstat(fd), path, result.archive_dev, archive_dir)
+        # the directory the copy is renamed in is the one its archive path resolves to
+        opened, named = os.fstat(fd), os.stat(os.path.dirname(item.archive))
+        if (opened.st_dev, opened.st_ino) != (named.st_dev, named.st_ino):
+            raise RelocateError(f"{_host()}: {os.path.dirname(item.archive)} does not resolve to the directory "
+                                f"walked to under {result.archive_root}; it changed during the run, run again",
+                                path=os.path.dirname(item.archive))
         return fd
     except BaseException:
         os.close(fd)
@@ -390,17 +397,6 @@ def _write_record(item: StaleFile, dirfd: int, where: str, sha: str) -> None:
         os.close(fd)
     os.rename(name + ".tmp", name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
     os.fsync(dirfd)
-
-
-def remove_verified(item: StaleFile) -> None:
-    """Remove a source whose archive copy exists, after hashing both now (never the same inode)."""
-    fd = os.open(os.path.dirname(item.archive), _DIR_FLAGS & ~os.O_NOFOLLOW)
-    try:
-        src_st = os.lstat(item.source)
-        _verify_copy(item, fd, sha256_file(item.source))
-        _unlink_source(item, src_st)
-    finally:
-        os.close(fd)
 
 
 def _unlink_source(item: StaleFile, hashed: os.stat_result) -> None:
