@@ -16,6 +16,16 @@ description:
     counts only what is really removed.
   - Refuses when the archive is on the source's volume (relocating there frees nothing), when the archive
     volume lacks the space, or when the archive already holds a different file at the same path.
+  - Never deletes the only copy. Below O(archive_dir) every directory must be a real directory on the archive
+    volume (a symlink or a bind mount anywhere there is refused before anything is copied); a copy that is the
+    source's own file (same device and inode) is no copy. Copies go to a fresh C(.partial) created with
+    O_CREAT|O_EXCL|O_NOFOLLOW and are renamed within their own directory; a pre-existing C(.partial) that is a
+    link or has other names is refused. Before a source is removed its archive copy is hashed again and
+    compared with the source's sha256; the C(.sha256) record next to a copy is never taken as proof.
+  - A whole copy found without its C(.sha256) record (a run killed between the rename and the record) is hashed
+    against its source and gets its record (action C(record)), so a rerun leaves what an uninterrupted run does.
+  - A failure in the middle of a run reports what the run already did (C(removed_sources), C(verified_copies),
+    C(left), C(changed)); rerunning finishes the job without copying finished shards again.
 version_added: "1.0.0"
 author: sparkfleet
 options:
@@ -63,14 +73,17 @@ EXAMPLES = r"""
 
 RETURN = r"""
 files:
-  description: One entry per stale shard.
+  description:
+    - One entry per stale shard. C(state) is C(stale), C(copied) (verified copy, source present), C(relocated)
+      (source removed) or C(failed); C(verified) says how the copy is known to match its source, C(record)
+      (its C(.sha256) record only, a plan's hint, hashed again before any removal) or C(sha256) (hashed now).
   returned: always
   type: list
   elements: dict
   sample: [{source: /home/zurih/dsv41-engram/engram-l1-r1of2.bin,
             archive: /srv/archive/sparkfleet/home/zurih/dsv41-engram/engram-l1-r1of2.bin,
             bytes: 15844624, reason: listed in engram_stale_paths, state: relocated, action: copy+remove,
-            sha256: 9f2c...}]
+            sha256: 9f2c..., verified: sha256}]
 copy_bytes:
   description: Bytes copied (or to copy, in check mode) to the archive.
   returned: always
@@ -81,6 +94,24 @@ freed_bytes:
   returned: always
   type: int
   sample: 28520984
+removed_sources:
+  description: On failure, the sources this run removed (each after its archive copy verified).
+  returned: failure in the middle of a run
+  type: list
+  elements: str
+  sample: [/home/zurih/dsv41-engram/engram-l1-r1of2.bin]
+verified_copies:
+  description: On failure, the archive copies hashed against their sources in this run.
+  returned: failure in the middle of a run
+  type: list
+  elements: str
+  sample: [/srv/archive/sparkfleet/home/zurih/dsv41-engram/engram-l1-r1of2.bin]
+left:
+  description: On failure, the sources this run was to relocate that are still in place.
+  returned: failure in the middle of a run
+  type: list
+  elements: str
+  sample: [/home/zurih/dsv41-engram/engram-l14-r1of2.bin]
 archive_available_bytes:
   description: Space available on the archive volume before this run.
   returned: always
@@ -114,9 +145,14 @@ def main() -> None:
         if changed and not module.check_mode:
             apply(result)
     except RelocateError as exc:
-        module.fail_json(msg=exc.msg, **exc.extra)
+        # a failure in the middle says what this run already did: changed, removed_sources,
+        # verified_copies, left, files (module_utils/engram_relocate.py apply)
+        extra = dict(exc.extra)
+        extra.setdefault("changed", False)
+        module.fail_json(msg=exc.msg, **extra)
     except OSError as exc:
-        module.fail_json(msg=f"relocation failed: {exc}; sources are untouched unless listed as relocated")
+        module.fail_json(msg=f"reading the stale shards or the archive dir failed before anything was copied: "
+                             f"{exc}; nothing was changed", changed=False)
     out = result.as_result()
     if changed:
         out["diff"] = {"before": before, "after": after}
