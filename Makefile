@@ -12,7 +12,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 APT_PACKAGES := openssh-server openssh-client netcat-openbsd iproute2 util-linux
 PYTEST := $(BIN)/python -m pytest
 
-.PHONY: help deps venv venv-kernels lint unit kernels integration integration-slow journeys molecule test test-all demo up down status clean
+.PHONY: help deps venv venv-kernels lint unit unit-slow kernels integration integration-slow journeys molecule test test-all demo up down status clean
 
 help:
 	@echo "make demo    set up, bring the seed testbed up and run the main job (pack_engram.yml) on it"
@@ -49,7 +49,11 @@ lint: venv
 	  $(BIN)/ansible-doc -M library -t module $$m >/dev/null || { echo "ansible-doc cannot render $$m"; exit 1; }; done
 
 unit: venv
-	$(PYTEST) tests/unit -q
+	$(PYTEST) tests/unit -q -m "not slow"
+
+# The long kill -9 trials (120 relocations, 60 packs) and other slow unit checks: `make test-all` runs them.
+unit-slow: venv
+	$(PYTEST) tests/unit -q -m slow
 
 kernels: venv-kernels
 	TRITON_INTERPRET=1 $(PYTEST) tests/kernels -q -m kernels
@@ -74,7 +78,7 @@ molecule: venv deps
 test: deps venv venv-kernels lint unit kernels molecule integration journeys
 	$(BIN)/python testbed/fleet down
 
-test-all: test integration-slow
+test-all: test unit-slow integration-slow
 	$(BIN)/python testbed/fleet down
 
 up: venv deps

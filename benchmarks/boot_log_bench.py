@@ -2,7 +2,7 @@
 """boot_log_facts performance: parse a realistic 100 MB SGLang log vs ``grep -c 'Decode batch'``.
 
 Generates (once, reused when the size matches) a log in /tmp that looks like a serving rank-0 container
-log of the fleet: one full boot at the start (FLEET.md sections 3, 4, 7 lines), then two hours of
+log of the fleet: one full boot at the start (docs/reference.md sections 3, 4, 7 lines), then two hours of
 ``Decode batch`` lines (every 40 steps) and periodic ``Engram layer=N`` lines, with SGLang's
 ``[date time TP0]`` prefix. Times ``grep -c`` and the parser the module uses
 (``module_utils/sglang_log.parse_file``), in the same process, alternating, best of N each, and prints
@@ -69,7 +69,7 @@ PERIODIC = ("[{t} TP0 EP0] Engram layer={layer} lookups={lk} hit_rate={hr:.1f}% 
 PREFILL = ("[{t} TP0 EP0] Prefill batch, #new-seq: 1, #new-token: {n}, #cached-token: 0, full token usage: 0.00, "
            "#running-req: 1, #queue-req: 0\n")
 ACCESS = '[{t}] INFO:     10.213.0.254:{p} - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
-WARNING = "DSV41 block scales ... invalid scales\n"  # a real launcher warning (FLEET.md section 7a)
+WARNING = "DSV41 block scales ... invalid scales\n"  # a real launcher warning (docs/reference.md section 7a)
 # serving: the judged log. requests: plus a Prefill and an access line per request (every ~25 lines).
 # sparse: plus a warning every ~500 lines (the degraded case: blocks with odd lines go to sub-blocks).
 PROFILES = ("serving", "requests", "sparse")

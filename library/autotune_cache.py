@@ -22,7 +22,7 @@ description:
     C(<version>/<sm>/<key16>) structure under O(aside_dir), and records the move in
     C(<aside_dir>/sparkfleet-aside.json). A key already moved or absent is no change.
   - >-
-    The fleet rule (FLEET.md section 4) is that a key is reused only when every rank has a compatible cache;
+    The fleet rule (docs/reference.md section 4) is that a key is reused only when every rank has a compatible cache;
     otherwise it is invalidated on all ranks together. Run O(state=present) with O(expected) on every rank,
     combine the results with the C(autotune_plan) filter, then run O(state=invalidated) with the plan's
     C(invalidate) list on every rank.

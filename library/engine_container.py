@@ -10,7 +10,7 @@ module: engine_container
 short_description: One serving-engine container (a TP rank) as desired state, through the docker CLI
 description:
   - Creates, recreates, starts, restarts, stops or removes one engine container (C(dsv41-head) or
-    C(dsv41-worker), FLEET.md section 2) with the docker CLI, and optionally waits for a log line.
+    C(dsv41-worker), docs/reference.md section 2) with the docker CLI, and optionally waits for a log line.
   - C(docker inspect) is the truth. The container is B(recreated only when) its image id, its managed env or its
     mounts differ from the desired ones; run flags (O(run_args)) and labels are applied at creation, not compared.
   - Managed env means every key of O(env) plus every key of the container's env that its image does not set

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: engine_liveness
 short_description: Judge a ready engine live by generated tokens advancing during a real request, then ask exact-answer prompts
 description:
-  - FLEET.md section 11 - a fleet served one repeated token, another deadlocked in a collective, both with C(/health)
+  - docs/reference.md section 11 - a fleet served one repeated token, another deadlocked in a collective, both with C(/health)
     green. This module never looks at C(/health).
   - Sends one real streaming chat completion (temperature 0, thinking off, C(ignore_eos)) with
     C(stream_options.include_usage) and C(continuous_usage_stats). The completion token count (per-chunk usage,

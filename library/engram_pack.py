@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-# sparkfleet: pack one rank's Engram shards (FLEET.md section 3). Logic: module_utils/engram_packer.py.
+# sparkfleet: pack one rank's Engram shards (docs/reference.md section 3). Logic: module_utils/engram_packer.py.
 from __future__ import annotations
 
 DOCUMENTATION = r"""

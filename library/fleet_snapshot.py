@@ -10,7 +10,7 @@ module: fleet_snapshot
 short_description: One read-only snapshot of a fleet host (memory, load, GPU clocks, boot target, containers, disks)
 description:
   - Takes, in one call per host, what the fleet's runbook records before and after every change and what
-    drift detection compares with the desired state (FLEET.md sections 6, 9 and 11).
+    drift detection compares with the desired state (docs/reference.md sections 6, 9 and 11).
   - C(memory) reads C(/proc/meminfo) (MemTotal, MemFree, MemAvailable, Cached, CmaTotal, CmaFree, and whether
     CmaFree exceeds CmaTotal, the Kexec HandOver tell) and the pressure stalls of C(/proc/pressure/memory)
     when the kernel has them.
@@ -116,7 +116,7 @@ EXAMPLES = r"""
 - name: Stop when the kernel shows the CMA tell of Kexec HandOver
   ansible.builtin.assert:
     that: not before.snapshot.memory.cma_free_exceeds_total
-    fail_msg: "{{ inventory_hostname }}: CmaFree > CmaTotal; boot with kho=off (FLEET.md section 11)"
+    fail_msg: "{{ inventory_hostname }}: CmaFree > CmaTotal; boot with kho=off (docs/reference.md section 11)"
 """
 
 RETURN = r"""

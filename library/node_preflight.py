@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 module: node_preflight
 short_description: Read-only preflight of one GB10 node before anything starts or changes on it
 description:
-  - "One call per host reads what costs GB10 fleets their days (FLEET.md section 11) and gives every check a
+  - "One call per host reads what costs GB10 fleets their days (docs/reference.md section 11) and gives every check a
     status (C(pass), C(warn), C(fail)), a one-line summary with the numbers, and the fix."
   - C(kernel) the release (C(/proc/sys/kernel/osrelease)) is in O(allowed_kernels) (exact or shell-style glob).
   - C(kho) C(kho=off) is on C(/proc/cmdline) when the release matches O(kho_kernels), and C(CmaFree) is not

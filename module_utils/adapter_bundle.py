@@ -1,4 +1,4 @@
-"""Adapter bundles (FLEET.md section 5): the operator's adapter directory plus sparkfleet's kernels package,
+"""Adapter bundles (docs/reference.md section 5): the operator's adapter directory plus sparkfleet's kernels package,
 described by a manifest (path, size, sha256 per file) whose own hash names the bundle.
 
 Plain Python, standard library only: the controller module (library/adapter_bundle.py) builds the bundle,

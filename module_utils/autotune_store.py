@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""FlashInfer autotune caches on one host: inventory, provenance, compatibility, invalidation (FLEET.md s. 4).
+"""FlashInfer autotune caches on one host: inventory, provenance, compatibility, invalidation (docs/reference.md section 4).
 
 Layout (host side; the engine sees it under /root/.cache)::
 

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""Checkpoint integrity (FLEET.md section 11): one manifest (path, size, sha256) built once on the head,
+"""Checkpoint integrity (docs/reference.md section 11): one manifest (path, size, sha256) built once on the head,
 verified on every node through the path that node's engine reads (the head's directory, a worker's NFS
 docker volume), plus index completeness (every tensor of model.safetensors.index.json present in the
 header of the file the index names).

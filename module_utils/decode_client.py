@@ -5,7 +5,7 @@ Used by the ``decode_bench`` module on a bench host (bare Python, maybe no netwo
     SPARKFLEET_API_KEY=... python3 module_utils/decode_client.py --url http://10.213.0.11:8888 \\
         --types prose code --concurrency 1 4 --reps 5 > result.json
 
-Measuring protocol (FLEET.md section 8; docs/bench.md has the full definitions):
+Measuring protocol (docs/reference.md section 8; docs/bench.md has the full definitions):
 
 - A condition is (prompt type, concurrency c). It runs ``warmup`` waves that are discarded, then ``reps``
   measured waves. A wave sends c streaming requests at once (threads released by one barrier); slot i

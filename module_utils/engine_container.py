@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """One engine container (a TP rank of the recipe's launcher) as desired state, through the docker CLI.
 
-The comparison follows FLEET.md section 2: ``docker inspect`` is the truth. A container matches when its image
+The comparison follows docs/reference.md section 2: ``docker inspect`` is the truth. A container matches when its image
 id, its managed env and its mounts equal the desired ones; run flags and labels are applied at creation and not
 compared. Docker merges the image's own ENV (PATH, PYTHONPATH...) into ``Config.Env``, so the managed env of a
 running container is: every desired key, plus every key that the image does not set or sets to another value

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""Post-ready liveness of the serving engine (FLEET.md section 11): judged by generated tokens advancing during a
+"""Post-ready liveness of the serving engine (docs/reference.md section 11): judged by generated tokens advancing during a
 real request, never by /health, plus exact-answer smoke prompts.
 
 A fleet once served one repeated token while /health, the model list and GPU use stayed green; another
@@ -12,7 +12,7 @@ deadlocked in a collective with /health green. So, after every boot:
    and then produces nothing (a hang in a collective) is reported with what it did see: the seconds until the
    first token or the stall, and the token count reached.
 2. ``smoke``: every prompt of the table (non-streaming, temperature 0, thinking off) must answer exactly its
-   expected text (only surrounding whitespace is ignored). FLEET.md section 8: "19 + 23" gives ``42``.
+   expected text (only surrounding whitespace is ignored). docs/reference.md section 8: "19 + 23" gives ``42``.
 
 Standard library plus decode_client (runs on the head as a module). ``check(...)`` returns the verdict dict; nothing here
 restarts anything.

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""The packed Engram shard format (FLEET.md section 3) and the state of a shard on disk.
+"""The packed Engram shard format (docs/reference.md section 3) and the state of a shard on disk.
 
 ``engram-l{L}-r{r}of{tp}.bin`` = a 4096-byte header (six little-endian u64: magic 0x31344E4531565344, layer,
 lo, hi, N, 264; the rest zero) followed by rows lo..hi-1 of 264 bytes each: the row's 256 F8_E4M3 weight
@@ -16,7 +16,7 @@ import struct
 from dataclasses import dataclass, asdict
 from typing import Dict, List, Optional, Tuple
 
-# The integer FLEET.md gives. Stored little-endian it is b"DSV1EN41": FLEET.md's gloss "bytes DSV41EN1"
+# The integer docs/reference.md gives. Stored little-endian it is b"DSV1EN41": docs/reference.md's gloss "bytes DSV41EN1"
 # does not match it (that would be 0x314E453134565344); readers compare the integer, so the integer wins.
 MAGIC = 0x31344E4531565344
 MAGIC_BYTES = struct.pack("<Q", MAGIC)

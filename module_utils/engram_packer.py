@@ -11,7 +11,7 @@ the ``dsv41-weights`` docker volume, as a stand-alone script inside the engine c
 
 The last stdout line is one JSON object shaped like the module's result; exit 0 on success, 1 on failure.
 
-How a shard is written (FLEET.md sections 3 and 11):
+How a shard is written (docs/reference.md sections 3 and 11):
 - every number comes from the checkpoint headers (N per layer); rank r of tp owns [N*r//tp, N*(r+1)//tp);
 - refuse when the bytes still to write plus a margin exceed the space an unprivileged writer has;
 - rows stream in chunks through two fixed buffers (memory does not grow with the shard): weight rows are
@@ -1152,7 +1152,7 @@ def _layers(text: str) -> List[int]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = _ArgumentParser(description="Pack one rank's Engram shards (FLEET.md section 3).")
+    parser = _ArgumentParser(description="Pack one rank's Engram shards (docs/reference.md section 3).")
     parser.add_argument("--checkpoint", required=True, help="directory holding model.safetensors.index.json")
     parser.add_argument("--dest", required=True, help="Engram directory (mounted at /engram by the engine)")
     parser.add_argument("--rank", type=int, required=True)

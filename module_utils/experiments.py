@@ -1,4 +1,4 @@
-"""The experiment catalog (experiments/*.yml, FLEET.md section 9): schema, validation, prerequisites.
+"""The experiment catalog (experiments/*.yml, docs/reference.md section 9): schema, validation, prerequisites.
 
 Plain data checked by plain Python, so a malformed file fails before any host is touched with a
 message that names the file and the field.

@@ -131,7 +131,7 @@ def memory(paths: Paths) -> dict:
         "mem_total_kb": info.get("MemTotal"), "mem_free_kb": info.get("MemFree"),
         "mem_available_kb": info.get("MemAvailable"), "cached_kb": info.get("Cached"),
         "cma_total_kb": cma_total, "cma_free_kb": cma_free,
-        # FLEET.md section 11: CmaFree above CmaTotal is the tell of the Kexec HandOver kernel.
+        # docs/reference.md section 11: CmaFree above CmaTotal is the tell of the Kexec HandOver kernel.
         "cma_free_exceeds_total": (cma_total is not None and cma_free is not None and cma_free > cma_total),
         "pressure": pressure,
     }

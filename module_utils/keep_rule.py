@@ -1,4 +1,4 @@
-"""The rollout keep rule (FLEET.md section 9): keep a change only on a measured, repeatable gain.
+"""The rollout keep rule (docs/reference.md section 9): keep a change only on a measured, repeatable gain.
 
 Keep when the bootstrap 95% interval of median(candidate) / median(incumbent) (decode tok/s of the
 experiment's primary workload) lies entirely above 1 + max(1%, 2 x the incumbent's coefficient of
@@ -34,7 +34,7 @@ def arm_autotune(outcomes) -> str:
 
 def autotune_comparable(incumbent, candidate) -> dict:
     """{comparable, incumbent, candidate, reason}: a comparison where one arm retuned its autotune caches and the
-    other reused them measures different tactics, not the change (FLEET.md section 11); it is not comparable."""
+    other reused them measures different tactics, not the change (docs/reference.md section 11); it is not comparable."""
     inc, cand = arm_autotune(incumbent), arm_autotune(candidate)
     comparable = {inc, cand} != {"retuned", "reused"}
     reason = "" if comparable else (f"not comparable: the incumbent {'retuned' if inc == 'retuned' else 'reused'} "
@@ -76,7 +76,7 @@ def decide(candidate: Sequence[float], incumbent: Sequence[float], guards: Seque
 # --- the whole rollout decision -------------------------------------------------------------------------
 
 MIB = 1048576
-# The engine prints the KV budget with a unit (FLEET.md section 7: `available_bytes=8.84 GB`); the boot-log
+# The engine prints the KV budget with a unit (docs/reference.md section 7: `available_bytes=8.84 GB`); the boot-log
 # parser keeps the number and the unit apart (kv.units). The simulator prints bytes / 1e9 as GB.
 # SGLang prints GPU memory as "GB" but computes it as free bytes / 2**30 (module_utils/sglang_log.py agrees):
 # its GB and MB are binary units.
@@ -132,7 +132,7 @@ def _mib(n: int) -> str:
 def judge(experiment: dict, ranks: Sequence[dict], incumbent=None, candidate=None, smoke_answer: str = "",
           kv_tolerance_mib: int = 64, apply_failures: Sequence[dict] = (), apply_failed: bool = False,
           seed: int = 0) -> dict:
-    """The rollout's whole decision (FLEET.md section 9): gates, guards, memory ledger and keep rule.
+    """The rollout's whole decision (docs/reference.md section 9): gates, guards, memory ledger and keep rule.
 
     ``ranks``: one dict per rank: host, rank, role ('head' or 'worker'), restore (the restore point: kv,
     markers_found, autotune) and candidate (the candidate boot's checks: failed, error, markers_missing,

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: sparkfleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Read-only preflight of one GB10 node (FLEET.md section 11): the host problems that cost a boot.
+"""Read-only preflight of one GB10 node (docs/reference.md section 11): the host problems that cost a boot.
 
 Each check returns a verdict a tired operator can act on: its status (pass, warn, fail), one line that
 says what was found (with the numbers), and the fix. The node's overall verdict is the worst of:
@@ -40,7 +40,7 @@ DRIVER_RE = re.compile(r"^\d+(\.\d+)+-(open|proprietary)$")
 KHO_OFF_VALUES = ("off", "0", "n", "no", "false")
 DEFAULT_OOM_DAEMONS = ("systemd-oomd", "earlyoom", "nohang", "oomd")
 DEFAULT_WEDGE_XIDS = (79, 119, 120, 154)
-# Kernel-log lines that mean the node is wedged or about to be (FLEET.md section 11).
+# Kernel-log lines that mean the node is wedged or about to be (docs/reference.md section 11).
 WEDGE_SIGNATURES = (
     ("nvrm_no_memory", re.compile(r"NVRM\b.*(NV_ERR_NO_MEMORY|\b0x0*51\b)")),
     ("nvrm_xid", re.compile(r"NVRM: Xid \([^)]*\): (\d+)\b")),

@@ -4,7 +4,7 @@ Benchmark hosts may have a bare Python and no network, so the catalog ships as a
 Ansible sends along with ``decode_bench``; there is no ``files/prompts.yml``. Override it per run with the
 module's ``prompts`` option (type -> list of prompts).
 
-Rules for the prompts (FLEET.md section 8 and 11): fixed per type, varied natural text, never one
+Rules for the prompts (docs/reference.md section 8 and 11): fixed per type, varied natural text, never one
 repeated token (that overstates the Engram row cache and speculative acceptance), long enough answers
 to fill ``max_tokens``. Request slot i of a wave always sends prompt ``i % len(prompts)`` of its type, so
 every repetition of a condition sends the same prompts and greedy outputs can be compared by hash.

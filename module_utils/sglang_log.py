@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""Parse an SGLang / DSV41 engine boot log into facts (FLEET.md sections 2, 3, 4, 7).
+"""Parse an SGLang / DSV41 engine boot log into facts (docs/reference.md sections 2, 3, 4, 7).
 
 Plain Python, standard library only: it runs on the fleet's hosts inside the ``boot_log_info`` module (and its alias ``boot_log_facts``)
 and in the controller's unit tests.
@@ -26,7 +26,7 @@ Launches ("boots")
 ------------------
 A log may hold several launches (``docker restart`` appends to the same container log; so does the recipe's
 ``logs/dsv41.log``); the LAST one counts and every fact is taken from it (line numbers stay absolute);
-``launches`` lists each. A launch starts at (FLEET.md section 7a)
+``launches`` lists each. A launch starts at (docs/reference.md section 7a)
 
 1. the image launcher's first lines (``DSV41 MXFP8 dense linears routed ...``, ``DSV41 TP pad installed``,
    ``SKIP_PREPARE=...``, without a prefix): one opens a launch unless the current one holds nothing but
@@ -97,7 +97,7 @@ ERROR_KINDS = (
 )
 
 
-# A launch (FLEET.md section 7a) starts with the image launcher's lines, then ``server_args=``.
+# A launch (docs/reference.md section 7a) starts with the image launcher's lines, then ``server_args=``.
 LAUNCHER_START = ("dense linears routed", "TP pad installed", "SKIP_PREPARE=")
 _SERVER_ARGS = re.compile(r"\bserver_args\s*=\s*(?P<dc>ServerArgs\()?")
 _SA_DICT_ITEM = re.compile(r"'(?P<key>\w+)':\s*(?P<val>'(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^,{}\[\]()]+)")
@@ -117,7 +117,7 @@ _WARMUP = re.compile(r"Warm-up done in\s*(?P<s>\d+(?:\.\d+)?)\s*s")
 _TP_PAD = re.compile(r"TP pad installed \(tp=(\d+)\)")
 _DENSE_BACKEND = re.compile(r"routed to FlashInfer backend '([^']+)'")
 # SGLang prints GPU memory as "GB" but computes it in GiB (free bytes / 2**30); the DSV4 memory calculation
-# agrees: available_bytes - swa_fixed = bytes_per_full_token * full_token / 2**30 (FLEET.md section 7a).
+# agrees: available_bytes - swa_fixed = bytes_per_full_token * full_token / 2**30 (docs/reference.md section 7a).
 UNIT_BYTES = {"GB": 1 << 30, "GiB": 1 << 30, "MB": 1 << 20, "MiB": 1 << 20}
 _START = re.compile(r"(?:Starting DSV41 rank|dsv41 boot: rank)\s*=?\s*(\d+)?(.*)")
 _START_TP = re.compile(r"\btp\s*[= ]\s*(\d+)|\bof\s+(\d+)\b|^/(\d+)", re.I)
@@ -731,7 +731,7 @@ class BootLogParser:
         self.boot.evidence = True
 
     def _launcher_line(self, n: int, msg: str) -> None:
-        """The image launcher's own lines (boot.py, adapters): no prefix (FLEET.md section 7a)."""
+        """The image launcher's own lines (boot.py, adapters): no prefix (docs/reference.md section 7a)."""
         launcher = self.boot.launcher
         text = _clip(msg.strip())
         if "SKIP_PREPARE=" in msg:

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""Line hygiene for SGLang / DSV41 logs: text check, ANSI codes, prefixes (FLEET.md section 7a).
+"""Line hygiene for SGLang / DSV41 logs: text check, ANSI codes, prefixes (docs/reference.md section 7a).
 
 Prefixes stripped, in any combination: docker's ``2026-11-29T10:01:02.123456789Z``, SGLang's
 ``[2026-11-29 10:01:02 TP0 EP0]`` (a scheduler of rank r) and ``[2026-11-29 10:01:02]`` (the main process),

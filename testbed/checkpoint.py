@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write a small, deterministic DeepSeek-V4.1-Flash-shaped safetensors checkpoint.
 
-The layout follows FLEET.md section 3: ``model-000KK-of-00048.safetensors`` shards plus
+The layout follows docs/reference.md section 3: ``model-000KK-of-00048.safetensors`` shards plus
 ``model.safetensors.index.json``; layers 1 and 14 carry ``layers.{L}.engram.embed.weight`` (F8_E4M3,
 [N, 256]) and ``layers.{L}.engram.embed.scale`` (F8_E8M0, [N, 8]) in one shard each (different shards
 for the two layers); every shard also carries small BF16 filler tensors so the layout looks real.

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Provision one testbed host from its scenario spec (runs inside the host, as root, once per `up`).
 
-Makes what FLEET.md section 1 describes for this host: the serving user and its recipe checkout,
+Makes what docs/reference.md section 1 describes for this host: the serving user and its recipe checkout,
 the engram dir, stale shards, the GPU stand-in's state, systemd units (clock lock, desktop, GPU
 dashboard), the engine images (built with the docker stand-in from the recipe checkout), the
 workers' NFS weights volume, background containers and the autotune caches of an earlier boot.

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """``autotune_plan``: one fleet-wide decision from every rank's ``autotune_cache`` inventory.
 
-The rule (FLEET.md section 4): a key is usable only when EVERY rank has a cache for it that is compatible with
+The rule (docs/reference.md section 4): a key is usable only when EVERY rank has a cache for it that is compatible with
 the image and environment about to run, and the ranks' launch sidecars agree. Otherwise the key is invalidated
 on ALL ranks together, so that no rank keeps a cache its peers lack (a hit on one rank and a retune on another
 desynchronises the collectives).

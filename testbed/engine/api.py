@@ -1,4 +1,4 @@
-"""HTTP API of the simulated SGLang head (FLEET.md section 7), paced by the step model in model.py.
+"""HTTP API of the simulated SGLang head (docs/reference.md section 7), paced by the step model in model.py.
 
 Standard library only (http.server + threads). ``serve()`` starts a ThreadingHTTPServer and a scheduler
 thread; the scheduler batches up to ``max_running_requests`` requests (the rest queue), runs one prefill
@@ -62,7 +62,7 @@ SMOKE_ANSWERS = {
     "What is the capital of France? Reply with one word.": "Paris",
     "Spell the word 'spark' backwards. Reply only with the letters.": "kraps",
 }
-KV_POOL_TOKENS = 491520  # the actual pool of the fleet's boot log (FLEET.md section 1)
+KV_POOL_TOKENS = 491520  # the actual pool of the fleet's boot log (docs/reference.md section 1)
 TIMINGS_KEPT = 1024
 THINKING_TOKENS = 24
 _END = object()

@@ -1,4 +1,4 @@
-"""FlashInfer autotune caches as the simulated engine keeps them (FLEET.md section 4).
+"""FlashInfer autotune caches as the simulated engine keeps them (docs/reference.md section 4).
 
 Host path ~/.cache/sglang/flashinfer/autotune/<flashinfer_version>/<smXY>/<key16>/rank_tp{r}_pp0_dp0.json,
 two keys per boot (target and draft); key16 is the first 16 hex digits of a sha256 over model path,

@@ -11,13 +11,13 @@ One decode step of the fleet (all ranks in lockstep, joined by collectives) take
 
 with b the running requests in the batch, k = ``dspark_block_size`` (draft tokens per step), t the batch's
 prompt type. The second line is the straggler: every rank waits for the slowest one. Defaults, each cited
-from FLEET.md section 10 (numbers measured on real fleets, used as defaults, not as truths):
+from docs/reference.md section 10 (numbers measured on real fleets, used as defaults, not as truths):
 
 - ``dense`` 67.0 ms: what is left of the ~98 ms TP3 c1 step at k=3 "after packed worker shards and b12x"
   once Engram (0.5), ``wo_a`` einsum (11) and the block term (19.5) are taken out.
 - ``b12x_off`` 11.5 ms when ``flags['b12x']`` is False: the rest of the gap to the ~120 ms step "before
   packed worker shards and b12x" (120 - 98 - (11 - 0.5)).
-- ``wo_a`` 11.0 ms on the bf16 einsum (TP3 always falls back to it, FLEET.md section 5), 3.5 ms on the fp8
+- ``wo_a`` 11.0 ms on the bf16 einsum (TP3 always falls back to it, docs/reference.md section 5), 3.5 ms on the fp8
   twin path ("runs the 40 TP3 wo_a calls of a step in ~3.5 ms"). Path by rows M = b * (k + 1) of the target
   verify: ``w8`` serves 2..8 rows, ``w8_mid`` 2..192 rows, anything else stays on einsum.
 - ``block(k)`` = 4.5 ms per draft forward * k + 1.5 ms per verified token * (k + 1) (inferred split, 19.5 ms
@@ -43,7 +43,7 @@ Accepted (committed) tokens per speculative step: each of the k draft tokens is 
 ``ACCEPT_PROB[t]`` until the first rejection, plus the bonus token, so 1..k+1 tokens with mean
 (1 - a^(k+1)) / (1 - a). At k=5: prose 3.0, structured 3.7, json 4.7, code 5.7 ("~3 on prose, ~6 on code
 (k=5)"); at k=3: prose 2.57, code 3.88. Varied prompts are typed by ``classify_prompt``; a prompt made of a
-few repeated words is typed ``repetitive`` and accepts nearly everything (FLEET.md section 11: a
+few repeated words is typed ``repetitive`` and accepts nearly everything (docs/reference.md section 11: a
 repetitive code prompt maxes acceptance).
 
 Calibration at the defaults (TP3, k=3, einsum, b12x on, no contention, seed jitter off):
@@ -56,7 +56,7 @@ import re
 import threading
 from dataclasses import asdict, dataclass, field
 
-# FLEET.md section 10 defaults (see the module docstring for the derivation of each).
+# docs/reference.md section 10 defaults (see the module docstring for the derivation of each).
 DENSE_MS = 67.0
 B12X_OFF_MS = 11.5
 WO_A_EINSUM_MS = 11.0
@@ -75,7 +75,7 @@ BATCH_EXPONENT = 0.9
 CLOCK_UNLOCKED_FACTOR = 0.989
 JITTER_SIGMA = 0.01
 JITTER_CLIP = 0.04
-# Prefill (inferred; FLEET.md gives no prefill figure): a fixed launch cost plus a per-token cost.
+# Prefill (inferred; docs/reference.md gives no prefill figure): a fixed launch cost plus a per-token cost.
 PREFILL_BASE_MS = 25.0
 PREFILL_MS_PER_TOKEN = 0.05
 

@@ -1,4 +1,4 @@
-"""NCCL's IB/RoCE transport set-up as a simulated rank does it (FLEET.md section 11: the RoCE v2 GID index
+"""NCCL's IB/RoCE transport set-up as a simulated rank does it (docs/reference.md section 11: the RoCE v2 GID index
 differs per node and moves after reboots; a stale pin fails on one rank only).
 
 The rank reads the same stand-in sysfs tables the preflight reads (/sys/class/infiniband/<hca>/ports/<p>/gids/*,

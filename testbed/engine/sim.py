@@ -1,6 +1,6 @@
 """The simulated SGLang rank: what `docker run ... dsv41-3x-spark:local run` starts on a testbed host.
 
-It behaves like one TP rank of the real engine at the interfaces sparkfleet uses (FLEET.md sections 2-4
+It behaves like one TP rank of the real engine at the interfaces sparkfleet uses (docs/reference.md sections 2-4
 and 7; docs/simulator.md documents the model):
 - reads the real files the roles manage: packed Engram shards in $DSV41_PACKED_DIR (validated like the
   engine does: a present but wrong shard aborts the boot), the checkpoint's index and headers under
@@ -10,7 +10,7 @@ and 7; docs/simulator.md documents the model):
 - rendezvous: rank 0 listens on DIST_PORT; the other ranks connect, and a missing rank, a duplicate
   rank or a different TP_SIZE fails the boot on every rank with a clear line; once up, a rank whose
   peer disappears aborts like an NCCL watchdog would;
-- writes the boot lines of FLEET.md (memory calculation, KV pool, graphs, draft runner, Engram, autotune,
+- writes the boot lines of docs/reference.md (memory calculation, KV pool, graphs, draft runner, Engram, autotune,
   adapter markers, ready) and, on rank 0, serves the OpenAI API (testbed/engine/api.py) paced by the
   step-time model (testbed/engine/model.py).
 """
@@ -47,7 +47,7 @@ class BootError(Exception):
 
 
 def log(line: str) -> None:
-    """A scheduler line of this rank: ``[date time TP<r> EP<r>]`` (FLEET.md section 7a; EP_SIZE = TP_SIZE)."""
+    """A scheduler line of this rank: ``[date time TP<r> EP<r>]`` (docs/reference.md section 7a; EP_SIZE = TP_SIZE)."""
     if not line.startswith("["):
         rank = os.environ.get("NODE_RANK", "?")
         line = f"[{time.strftime('%Y-%m-%d %H:%M:%S')} TP{rank} EP{rank}] {line}"
@@ -66,14 +66,14 @@ def raw(line: str) -> None:
 
 
 def progress_bar(what: str, total: int, seconds: float) -> str:
-    """The fragment tqdm leaves before the next log line (CR redraws, then ESC[A): FLEET.md section 7a."""
+    """The fragment tqdm leaves before the next log line (CR redraws, then ESC[A): docs/reference.md section 7a."""
     rate = seconds / max(1, total)
     return (f"{what}: 100% Completed | {total}/{total} [{int(seconds) // 60:02d}:{int(seconds) % 60:02d}<00:00, "
             f"{rate:.2f}s/it]\x1b[A")
 
 
 def launcher_lines(env: dict, tp: int) -> list[str]:
-    """What the image's boot.py and adapters print before SGLang starts (FLEET.md section 7a)."""
+    """What the image's boot.py and adapters print before SGLang starts (docs/reference.md section 7a)."""
     lines = ["DSV41 MXFP8 dense linears routed to FlashInfer backend 'b12x' "
              "(zero block scales of padded shards encoded as 1.0)"]
     if tp & (tp - 1):   # 8 wo_a groups do not split evenly: the pad adapter pads them (TP3: 8 -> 12)
@@ -182,7 +182,7 @@ def engram_rows(model_dir: str, weight_map: dict, layer: int) -> int:
 
 
 def check_packed(path: str, layer: int, lo: int, hi: int, n: int) -> bool:
-    """The engine's load-time check (FLEET.md section 3); False when absent, BootError when wrong."""
+    """The engine's load-time check (docs/reference.md section 3); False when absent, BootError when wrong."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -269,7 +269,7 @@ def contention_ms() -> tuple[float, int]:
     try:
         gpu = json.load(open("/.testbed/gpu.json"))
         if gpu.get("locked") and gpu["locked"][1] < 2600:
-            extra += 1.0   # the SM clock cap costs ~1% of a ~98 ms step (FLEET.md section 6)
+            extra += 1.0   # the SM clock cap costs ~1% of a ~98 ms step (docs/reference.md section 6)
     except (OSError, ValueError):
         pass
     return extra, poll_ms
@@ -633,7 +633,7 @@ def _prefixed(line: str) -> str:
 
 
 def pool_sizes_line(full: int) -> str:
-    """``DSV4 pool sizes``: the other pools scale with the full-token pool (ratios of FLEET.md section 7a)."""
+    """``DSV4 pool sizes``: the other pools scale with the full-token pool (ratios of docs/reference.md section 7a)."""
     return (f"DSV4 pool sizes: full={full}, swa=13312, c4={full // 4}, c128={full // 128}, c4_state=1664, "
             f"c128_state=0")
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Stand-in for the operators' GPU dashboard: polls nvidia-smi every POLL_MS milliseconds
-(/etc/default/gpu-dashboard), like the dashboard FLEET.md section 6 warns about."""
+(/etc/default/gpu-dashboard), like the dashboard docs/reference.md section 6 warns about."""
 import subprocess
 import time
 

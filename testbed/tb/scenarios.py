@@ -1,7 +1,7 @@
 """Scenarios: what each testbed host looks like after `up`.
 
 `clean`: every host quiet and empty (engram dirs empty, no stale shards, no desktop, no extra containers).
-`seed`: FLEET.md section 1 -- empty engram dirs; spark2 holds stale TP2 shards outside its engram dir and
+`seed`: docs/reference.md section 1 -- empty engram dirs; spark2 holds stale TP2 shards outside its engram dir and
 its /home volume is too small for its TP3 shards until they are relocated; spark3 runs a desktop (gdm,
 graphical.target) and 19 unrelated containers; a dashboard polls nvidia-smi every 2 s on the head;
 every host has the clock-lock unit enabled; autotune caches that disagree across ranks.
@@ -10,7 +10,7 @@ Every scenario gives each host what the preflight (library/node_preflight) reads
 7.0.0-1019-nvidia booted with kho=off, the open 580.159.03 driver, an unfragmented buddy allocator, clean
 kernel logs of this boot and the previous one, eth0 at MTU 9000 holding the host's address, the RoCE v2 GID
 of that address at index 3 of rocep1s0f0, no swap, a 64 GiB /dev/shm. Knobs (`testbed/fleet up --knob
-HOST:KNOB`, see KNOBS) break one thing on one host, each the way FLEET.md section 11 describes.
+HOST:KNOB`, see KNOBS) break one thing on one host, each the way docs/reference.md section 11 describes.
 """
 from __future__ import annotations
 

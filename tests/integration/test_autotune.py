@@ -44,7 +44,7 @@ def this_boot(name: str) -> list:
     """The container log lines of the last boot of this rank."""
     rank, _, container = HOSTS[name]
     lines = node(name).run(f"docker logs {container}").stdout.splitlines()
-    # A launch starts at the launcher's first line (FLEET.md section 7a); this rank's server_args follows.
+    # A launch starts at the launcher's first line (docs/reference.md section 7a); this rank's server_args follows.
     starts = [i for i, line in enumerate(lines) if line.startswith("DSV41 MXFP8 dense linears routed")]
     assert not starts or f"'node_rank': {rank}," in "\n".join(lines[starts[-1]:starts[-1] + 8])
     return lines[starts[-1]:] if starts else []

@@ -53,7 +53,7 @@ def env_of(name: str) -> dict:
 def log_of(name: str) -> str:
     """The container log of the last boot (a restarted container keeps the lines of its earlier boots)."""
     log = node(name).run(f"docker logs {HOSTS[name][1]} 2>&1").stdout
-    return log[log.rfind("DSV41 MXFP8 dense linears routed"):]  # the last launch's first line (FLEET.md 7a)
+    return log[log.rfind("DSV41 MXFP8 dense linears routed"):]  # the last launch's first line (docs/reference.md 7a)
 
 
 def failures(run) -> dict:

@@ -17,7 +17,7 @@ RELOCATE = {"engram_relocate_stale": True, "engram_relocate_remove_source": True
 
 
 def reference_shard(checkpoint: Path, layer: int, rank: int, tp: int) -> bytes:
-    """FLEET.md section 3, written independently of the packer: header, then weight+scale per row."""
+    """docs/reference.md section 3, written independently of the packer: header, then weight+scale per row."""
     index = json.loads((checkpoint / "model.safetensors.index.json").read_text())["weight_map"]
     parts = {}
     for kind in ("weight", "scale"):

@@ -114,7 +114,7 @@ def serving_clean_fleet():
 
 
 def test_a_memory_changing_experiment_is_kept_when_the_ledger_matches(serving_clean_fleet):
-    """Issue 20 item 1: wo_a_w8 costs 688 MiB per rank (FLEET.md section 5); the KV budget each rank prints
+    """Issue 20 item 1: wo_a_w8 costs 688 MiB per rank (docs/reference.md section 5); the KV budget each rank prints
     (available_bytes=... GB) shrinks by that much, so the ledger holds and the measured gain keeps it."""
     run, result = rollout(experiment="wo_a_w8")
     assert run.rc == 0 and result["outcome"] == "kept", (result, run.stdout[-3000:])
@@ -153,7 +153,7 @@ def test_ladder_keeps_its_winners_as_a_verified_combination(serving_fleet):
     run = run_playbook("ladder.yml", extravars={"ladder": str(FIXTURES / "ladder-three.yml"), "window_confirmed": True})
     ladder = json.loads(Path(run.run_dir, "ladder.json").read_text())
     outcomes = {t["name"]: t["result"]["outcome"] for t in ladder["trials"]}
-    # In the simulator a block of 5 accepts more but loses tok/s on prose (FLEET.md section 8), the fence is
+    # In the simulator a block of 5 accepts more but loses tok/s on prose (docs/reference.md section 8), the fence is
     # neutral and the confidence cap wins ~2%.
     assert outcomes == {"dspark_block_5": "reverted", "folded_fence": "reverted", "verify_cap_conf01": "kept"}, outcomes
     assert ladder["winners"] == ["verify_cap_conf01"]

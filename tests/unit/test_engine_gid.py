@@ -1,4 +1,4 @@
-"""The RoCE v2 GID index per node (FLEET.md section 11): the engine_env filters that put each node's resolved
+"""The RoCE v2 GID index per node (docs/reference.md section 11): the engine_env filters that put each node's resolved
 index into its rank's env, and the simulator's NCCL set-up that fails a rank whose index is not its RoCE v2 GID."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""testbed/engine/model.py: calibration to FLEET.md section 10, effects that must show, neutrality, acceptance."""
+"""testbed/engine/model.py: calibration to docs/reference.md section 10, effects that must show, neutrality, acceptance."""
 from __future__ import annotations
 
 import random

@@ -9,8 +9,8 @@ import pytest
 from ansible.module_utils import engram_format as ef
 from ansible.module_utils.engram_format import EngramFormatError
 
-# Written out independently of the module (FLEET.md section 3): six little-endian u64, magic first.
-# FLEET.md glosses the magic 0x31344E4531565344 as the bytes "DSV41EN1", but that integer stored
+# Written out independently of the module (docs/reference.md section 3): six little-endian u64, magic first.
+# docs/reference.md glosses the magic 0x31344E4531565344 as the bytes "DSV41EN1", but that integer stored
 # little-endian is b"DSV1EN41" ("DSV41EN1" would be 0x314E453134565344). The integer is what a reader
 # compares, so the integer is authoritative here; the gloss is reported as a documentation error.
 MAGIC = 0x31344E4531565344

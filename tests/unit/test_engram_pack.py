@@ -1,4 +1,4 @@
-"""engram_pack: exact packing (checked against an independent numpy implementation of FLEET.md section 3),
+"""engram_pack: exact packing (checked against an independent numpy implementation of docs/reference.md section 3),
 check mode, free space, resume, invalid shards, verification, bad input, container mode and the CLI."""
 from __future__ import annotations
 

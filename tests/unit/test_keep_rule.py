@@ -74,7 +74,7 @@ def test_the_filter_plugin_gives_the_same_verdict():
 # --- the whole decision: gates, guards, memory ledger, keep rule ---------------------------------------
 from ansible.module_utils.keep_rule import MIB, apply_failures, judge, kv_available_bytes, summary  # noqa: E402
 
-GB_KV = 8.84  # FLEET.md section 7: available_bytes=8.84 GB
+GB_KV = 8.84  # docs/reference.md section 7: available_bytes=8.84 GB
 
 
 def kv(gb):
@@ -102,7 +102,7 @@ def fleet(after_gb, before_gb=GB_KV, smoke="4", **cand):
 
 
 def test_kv_bytes_carry_the_unit():
-    # SGLang's "GB" is free bytes / 2**30 (FLEET.md section 7a): 8.84 GB is 8.84 GiB.
+    # SGLang's "GB" is free bytes / 2**30 (docs/reference.md section 7a): 8.84 GB is 8.84 GiB.
     assert kv_available_bytes(kv(8.84)) == round(8.84 * (1 << 30))
     # The parser's integer bytes win over the printed number.
     assert kv_available_bytes({"available_bytes": 8.84, "units": {"available_bytes": "GB"},

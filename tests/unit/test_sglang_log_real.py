@@ -1,4 +1,4 @@
-"""Regressions of the boot-log parser on the real launch shapes of FLEET.md section 7a.
+"""Regressions of the boot-log parser on the real launch shapes of docs/reference.md section 7a.
 
 Each test is one defect the old parser had on real TP3 fleet logs (it only knew the simulator's invented
 start lines); all of them failed on the old parser. Every fact of item 1 of issue 21 is also asserted,

@@ -35,10 +35,10 @@ except ImportError:  # pragma: no cover - tests may import the plugin bare
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "module_utils"))
 from env_text import key_problem as _key_problem, mask_env, parse_env_file, value_problem as _value_problem  # noqa: E402,E501
 RANK_KEY = "NODE_RANK"
-# The RoCE v2 GID index and the HCA NCCL uses: per node, resolved at every start (FLEET.md section 11).
+# The RoCE v2 GID index and the HCA NCCL uses: per node, resolved at every start (docs/reference.md section 11).
 GID_KEYS = ("NCCL_IB_GID_INDEX", "NCCL_IB_HCA")
 GID_MODES = ("resolved", "pinned", "unmanaged")
-# The keep adapter's launch fingerprint covers these prefixes minus volatile switches (FLEET.md section 4). The GID
+# The keep adapter's launch fingerprint covers these prefixes minus volatile switches (docs/reference.md section 4). The GID
 # keys are volatile: they differ per node and move after a reboot without changing any tactic, so neither the
 # cache provenance nor the ranks' launch sidecars may depend on them.
 AUTOTUNE_PREFIXES = ("SGLANG_", "DSV41_", "SPARK_", "B12X_", "NCCL_")
