@@ -312,8 +312,8 @@ def measure(groups, ms, sets, replays, repeats, gen, twins, w_bf16, xs_all, conf
         row = {"G": groups, "M": m, "path": path,
                "config": {"kind": type(used).__name__, **asdict(used)} if used is not None else {"kind": "prefill"},
                "kernel_us": t_k, "einsum_us": t_e, "graph_matches_eager": graph_ok}
-        if isinstance(used, GL.RingConfig) and used.pdl:  # the same calls without PDL: round 6's tiling
-            plain = GL.ring_config_for(m, groups, R, D, "cuda", pdl=False)
+        if isinstance(used, GL.RingConfig) and used.pdl:  # the same calls without PDL
+            plain = plain_ring_config(path, used, m, groups)
             plain_fns = [lambda i=i: K.wo_a(xs[i], twins[i], out=outs[i], config=plain) for i in range(sets)]
             row["plain_launch_us"] = graph_time_us(plain_fns, replays, repeats)
             row["plain_launch_config"] = asdict(plain)
@@ -322,6 +322,14 @@ def measure(groups, ms, sets, replays, repeats, gen, twins, w_bf16, xs_all, conf
                 row["graph_matches_eager"] &= bool(torch.equal(plain_eager, eager[0].view(torch.int16)))
         rows.append(row)
     return rows
+
+
+def plain_ring_config(path: str, used: GL.RingConfig, m: int, groups: int) -> GL.RingConfig:
+    """The ring tiling that the same rows get as plain launches (no PDL): round 6's tiling for 1..16
+    rows (the gluon path), the wide path's tiling with PDL off for 17+ rows (the ring has no plain
+    tiling of its own there: ring_config_for returns None)."""
+    plain = GL.ring_config_for(m, groups, R, D, "cuda", pdl=False) if path == "gluon" else None
+    return plain if plain is not None else replace(used, pdl=False)
 
 
 def apply_wide_table(table: dict) -> None:

@@ -125,30 +125,50 @@ def main() -> int:
     return 0
 
 
-def choose_table(rows: list[dict]) -> dict:
-    """Per G: the fastest correct, graph-stable wide tiling per swept M (a bucket up to that M), the
-    largest M up to which the wide path beats the prefill path, and the M ranges where the einsum on a
-    held bf16 weight beats every fp8 path (EINSUM_FASTER)."""
-    table = {"wide": {}, "wide_max_m": {}, "einsum_faster": []}
+def choose_table(rows: list[dict], mid_max_m: int = K.MID_MAX_M, margin: float = 0.05) -> dict:
+    """The dispatcher table from the sweep's rows. Per G and swept M (a bucket up to that M): the
+    fastest correct, graph-stable fp8-only path (a wide tiling, mid up to ``mid_max_m`` rows, or
+    prefill). The wide path serves 17..``wide_max_m`` rows, so it takes the leading run of buckets where
+    its best tiling beats every other fp8 path, mid by more than the fraction ``margin`` (the sweep's few repeats
+    cannot separate closer times; the mid kernels are the default). Then the path the dispatcher runs
+    per bucket (wide, mid, or prefill above ``mid_max_m``) and the M ranges where the bf16 einsum on a
+    held weight beats that path (EINSUM_FASTER; adjacent buckets merged)."""
+    table: dict = {"wide": {}, "wide_max_m": {}, "einsum_faster": [], "buckets": {}}
     for g in sorted({r["G"] for r in rows}):
         ms = sorted({r["M"] for r in rows if r["G"] == g})
-        wide, max_m, prev = [], 16, 16
+        wide, max_m, open_run, buckets, faster = [], 16, True, [], []
         for m in ms:
             here = [r for r in rows if r["G"] == g and r["M"] == m]
             ok = [r for r in here if "us" in r and r["rel_err_vs_fp64"] < 1e-2 and r["graph_matches_eager"]
                   and r["name"] != "einsum"]
             ein = next(r for r in here if r["name"] == "einsum")["us_no_copy"]
-            best_wide = min((r for r in ok if r["name"] == "wide"), key=lambda r: r["us"], default=None)
-            best_other = min((r["us"] for r in ok if r["name"] == "prefill"), default=float("inf"))
-            if best_wide is not None and best_wide["us"] <= best_other and max_m == prev:
-                wide.append([m, best_wide["config"]])
+            best = {}
+            for r in ok:
+                if r["name"] not in best or r["us"] < best[r["name"]]["us"]:
+                    best[r["name"]] = r
+            others = [r["us"] / (1 + margin if n == "mid" else 1) for n, r in best.items() if n != "wide"]
+            wide_wins = "wide" in best and all(best["wide"]["us"] < t for t in others)
+            if open_run and m > 16 and wide_wins:
+                wide.append([m, best["wide"]["config"]])
                 max_m = m
-            best = min([r["us"] for r in ok] or [float("inf")])
-            if ein < best:
-                table["einsum_faster"].append([prev + 1, m, g])
-            prev = m
+            else:
+                open_run = False
+            path = "wide" if m <= max_m else "mid" if m <= mid_max_m else "prefill"
+            run = best.get(path)
+            fastest = min(best.values(), key=lambda r: r["us"], default=None)
+            buckets.append({"M": m, "path": path, "us": run["us"] if run else None, "einsum_us": ein,
+                            "fastest": fastest["name"] if fastest else None,
+                            "fastest_us": fastest["us"] if fastest else None})
+            if run is None or ein < run["us"]:
+                lo = buckets[-2]["M"] + 1 if len(buckets) > 1 else 17
+                if faster and faster[-1][1] == lo - 1:
+                    faster[-1][1] = m
+                else:
+                    faster.append([lo, m, g])
         table["wide"][g] = wide
         table["wide_max_m"][g] = max_m
+        table["einsum_faster"] += faster
+        table["buckets"][g] = buckets
     return table
 
 

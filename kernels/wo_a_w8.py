@@ -18,12 +18,12 @@ under the CPU interpreter (split-K with a deterministic two-level reduction; one
 variant, more rows the tensor cores with the block scales applied to fp32 partial sums), ``mid`` for
 9..192 rows (per-M tile configurations), ``einsum`` otherwise (prefill, or no GPU). Issue 26: on
 sm_89+ GPUs 17..:data:`WIDE_MAX_M` rows run ``wide`` (the same ring kernel with 32/64-token tiles, one
-launch per tile, :data:`WIDE_TABLE`; off until measured: :data:`WIDE_MAX_M` is empty), and the einsum path without the bf16 weight (DROP) dequantises
-one group at a time into a bounded scratch and multiplies with cuBLAS (:func:`dequantize_group`); a
-kernel that cannot compile or launch on a GPU is logged once and the next path serves. On GPUs where
-the bf16 einsum measured faster (:data:`EINSUM_FASTER`) a caller that passes the bf16 weight gets the
-einsum for those rows. Every path accumulates in fp32 in a fixed order: results
-are bitwise reproducible run to run. Measurements: docs/kernels.md.
+launch per tile, :data:`WIDE_TABLE`; 17..32 rows on the H200), and the einsum path without the bf16
+weight (DROP) dequantises one group at a time into a bounded scratch and multiplies with cuBLAS
+(:func:`dequantize_group`); a kernel that cannot compile or launch on a GPU is logged once and the
+next path serves. On GPUs where the bf16 einsum measured faster (:data:`EINSUM_FASTER`) a caller that
+passes the bf16 weight gets the einsum for those rows. Every path accumulates in fp32 in a fixed
+order: results are bitwise reproducible run to run. Measurements: docs/kernels.md.
 
 This package imports nothing from the project: it ships as a plain package in the engine image.
 """
@@ -587,15 +587,15 @@ def select_path(m: int, groups: int, device: torch.device | str = "cuda") -> str
     return "einsum"
 
 
-# Where the bf16 einsum measured faster than every fp8 kernel (docs/kernels.md, rounds 2 and 4, CUDA-
-# graph replay, 16 rotated weight sets): device-name substring -> inclusive M range, for G=2 and G=4.
-# On these GPUs wo_a() runs the einsum when the caller still holds the bf16 weight (it reads twice the
-# bytes, but the H200 has 5.6x GB10's bandwidth per SM-cycle and the kernels are latency-bound there).
-# Not applied without the weight (DROP: dequantising the twin per call is far slower), nor elsewhere
-# (GB10 is byte-bound: the twin's half-size read is the point). 1..16 rows run the gluon ring kernel,
-# faster than the einsum there for G=2 and G=4 (round 6). Entries: (first M, last M, groups or None
-# for any).
-EINSUM_FASTER: dict[str, tuple[tuple[int, int, int | None], ...]] = {"H200": ((_gluon.MAX_M + 1, MID_MAX_M, None),)}
+# Where the bf16 einsum measured faster than the fp8 path the dispatcher runs (docs/kernels.md, rounds 2,
+# 4 and issue 26, CUDA-graph replay, rotated weight sets): device-name substring -> inclusive M range, for
+# G=2 and G=4. On these GPUs wo_a() runs the einsum when the caller still holds the bf16 weight (it reads
+# twice the bytes, but the H200 has 5.6x GB10's bandwidth per SM-cycle and the kernels are latency-bound
+# there). Not applied without the weight (DROP: then the fp8 path runs, slower from 33 rows on), nor
+# elsewhere (GB10 is byte-bound: the twin's half-size read is the point). 1..16 rows run the gluon ring
+# kernel (round 6) and 17..32 the wide path (issue 26), faster than the einsum there for G=2 and G=4;
+# above MID_MAX_M the einsum path runs anyway. Entries: (first M, last M, groups or None for any).
+EINSUM_FASTER: dict[str, tuple[tuple[int, int, int | None], ...]] = {"H200": ((33, MID_MAX_M, None),)}
 
 
 @lru_cache(maxsize=None)
@@ -617,16 +617,21 @@ def einsum_is_faster(m: int, device: torch.device | str = "cuda", groups: int | 
 # Issue 26 (docs/kernels.md, "Issue 26"): the ring kernel of 1..16 rows, unchanged, with 32- and 64-token
 # tiles serves 17..WIDE_MAX_M rows as ceil(M / tile) launches (each reads the weights; from the second
 # launch on they are mostly in L2). Per group count (other G: the G=4 table), per bucket of M: (largest M,
-# ring tiling). Measured on the H200 (benchmarks/wo_a_wide_sweep.py).
+# ring tiling). Measured on the H200 (benchmarks/wo_a_wide_sweep.py, 8 rotated weight sets:
+# docs/measurements/wo_a_issue26_wide_sweep.json): one 32-token launch, 6 stages, PDL; G=2 16-row programs
+# (24 rows 7.95 us, 32 rows 8.30 us; einsum 10.76 / 9.16), G=4 32-row programs whose row halves share x
+# (11.12 / 11.55 us; einsum 11.82 / 12.08).
 WIDE_TABLE: dict[int, tuple[tuple[int, RingConfig], ...]] = {
-    4: ((32, RingConfig(32, 32, 4, 2, 4, pdl=True, row_warps=2)),
-        (64, RingConfig(32, 64, 4, 2, 3, pdl=True, row_warps=2))),
+    2: ((24, RingConfig(16, 32, 4, 2, 6, pdl=True, row_warps=1)),
+        (32, RingConfig(16, 32, 4, 2, 6, pdl=True, row_warps=1))),
+    4: ((24, RingConfig(32, 32, 4, 2, 6, pdl=True, row_warps=2)),
+        (32, RingConfig(32, 32, 4, 2, 6, pdl=True, row_warps=2))),
 }
-WIDE_MAX_M: dict[int, int] = {}
-"""Largest M (per group count; other G: the G=4 entry) that the dispatcher runs on the wide path.
-Empty: the wide path is not yet measured on the H200 (no device machine could be had in issue 26's
-session), so the dispatcher keeps the measured paths (mid, einsum) and ``path="wide"`` runs it. Fill it
-from ``benchmarks/wo_a_wide_sweep.py --table-out`` (its ``wide_max_m``)."""
+WIDE_MAX_M: dict[int, int] = {2: 32, 4: 32}
+"""Largest M (per group count; other G: the G=4 entry) that the dispatcher runs on the wide path: 32 at
+G=2 and G=4 on the H200. From 48 rows on the mid kernels are faster than the best wide tiling (and at
+G=2 48 rows within the sweep's noise), so mid serves 33..192 rows. Chosen by
+``benchmarks/wo_a_wide_sweep.py --table-out`` (its ``wide_max_m``)."""
 
 
 def _wide_max_m(groups: int, device: torch.device) -> int:
@@ -686,7 +691,7 @@ def default_config(m: int, groups: int, rows: int, cols: int, device: torch.devi
     path = select_path(m, groups, device)
     if path == "einsum":
         raise ValueError(f"M={m} runs on the einsum path, no kernel configuration")
-    if path == "gluon":  # the Triton configuration of the same rows
+    if path in ("gluon", "wide"):  # the Triton configuration of the same rows (their fallback)
         path = "small" if m <= SMALL_MAX_M else "mid"
     base, per_sm = next((c, p) for top, c, p in _TABLES[path] if m <= top)
     cap = base.split_k if base.split_k > 1 else 16
@@ -847,6 +852,8 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
             if path is not None or config is not None:
                 raise
             chosen = "mid" if m <= MID_MAX_M else "einsum"
+    if path is None and chosen in ("small", "mid") and _failed("mid", x.device):
+        chosen = "einsum"  # gluon/wide fell back to a Triton kernel that already failed here
     if path is None and chosen not in ("gluon", "wide") and d % _K_WORD:
         chosen = "einsum"  # the kernels tile K by 128 (exponents read as int32 words)
     if path is None and weight is not None and chosen != "einsum" and config is None \

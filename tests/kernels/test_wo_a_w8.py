@@ -297,9 +297,11 @@ def test_einsum_preference_by_device(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert not any(K.einsum_is_faster(m, "cpu") for m in (1, 2, 8))
     monkeypatch.setattr(K, "_device_name", lambda device: "NVIDIA H200")
-    # round 6: the gluon ring kernel beats the einsum up to 16 rows on the H200, at G=4 and G=2
-    assert [K.einsum_is_faster(m, "cuda", 4) for m in (1, 8, 16, 17, 192, 193)] == [False, False, False, True, True, False]
-    assert [K.einsum_is_faster(m, "cuda", 2) for m in (8, 9, 16, 17)] == [False, False, False, True]
+    # round 6: the gluon ring kernel beats the einsum up to 16 rows on the H200, at G=4 and G=2; issue 26:
+    # the wide path up to 32 rows
+    assert [K.einsum_is_faster(m, "cuda", 4) for m in (1, 8, 16, 17, 32, 33, 192, 193)] == \
+        [False, False, False, False, False, True, True, False]
+    assert [K.einsum_is_faster(m, "cuda", 2) for m in (8, 9, 16, 17, 32, 33)] == [False] * 5 + [True]
     monkeypatch.setattr(K, "_device_name", lambda device: "NVIDIA GB10")
     assert not any(K.einsum_is_faster(m, "cuda") for m in (1, 2, 8, 192))
 
@@ -430,3 +432,45 @@ def test_wide_path_refused_where_it_cannot_run(gen):
             K.wo_a(x, twin, path="wide")
     with pytest.raises(ValueError):
         K.wo_a(x, twin, config=K.KernelConfig(block_m=32, block_r=32, block_k=128), path="wide")
+
+
+@needs_kernels
+def test_wide_rows_fall_back_to_mid_where_the_ring_cannot_take_x(monkeypatch, gen):
+    """17..WIDE_MAX_M rows whose x the ring cannot copy (odd strides) run mid with mid's tuned tiles: the
+    configuration lookup maps the wide path to mid as it maps gluon (it raised KeyError 'wide' on the H200
+    once the wide path was installed, in benchmarks/wo_a_bench.py and test_default_configs_tile_the_full_shape)."""
+    monkeypatch.setattr(K._gluon, "available", lambda device: True)
+    assert K.select_path(24, 4, DEVICE) == "wide"
+    for m in (17, 24, 32):
+        assert K.default_config(m, 4, 1024, 4096, DEVICE).block_m == 32  # mid's 17..32-row tiles
+    twin = random_twin(4, R_SMALL, D_SMALL, gen)
+    x = odd_x(24, 4, D_SMALL, gen)
+    y = K.wo_a(x, twin, out=torch.full((24, 4, R_SMALL), float("nan"), dtype=torch.bfloat16, device=DEVICE))
+    ref = torch.einsum("tgd,grd->tgr", x.double(), K.dequantize(twin).double())
+    assert ((y.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@needs_kernels
+@pytest.mark.parametrize("m", [12, 24])
+def test_fallback_from_gluon_or_wide_stops_when_mid_failed(monkeypatch, gen, m):
+    """On a Gluon-capable GPU, rows whose x the ring cannot copy go from the gluon (12) or wide (24) path to
+    mid; once mid has failed they must go on to the einsum path, not back to gluon/wide and mid again (the
+    dispatcher recursed without end there: test_kernel_that_cannot_run_falls_back_once hung on the H200)."""
+    monkeypatch.setattr(K, "_FAILED", {})
+    monkeypatch.setattr(K._gluon, "available", lambda device: True)
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 3:
+            pytest.fail(f"the dispatcher retried the failed mid kernel {len(calls)} times")
+        raise RuntimeError("PTX .version 9.9 does not support .target sm_121")
+
+    monkeypatch.setattr(K, "_launch", broken)
+    twin = random_twin(2, R_SMALL, D_SMALL, gen)
+    w = K.dequantize(twin)
+    x = odd_x(m, 2, D_SMALL, gen)
+    for _ in range(2):
+        out = torch.full((m, 2, R_SMALL), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+        assert_close_to_fp64(K.wo_a(x, twin, out=out), x, w, gen.initial_seed())
+    assert len(calls) == 1
