@@ -184,13 +184,13 @@ worker_up:
   returned: always
   type: dict
   sample: {"up": true, "line": 23, "address": "0.0.0.0:8888", "text": "..."}
-warnings:
+warning_counts:
   description: Warnings of the last launch counted per kind (Python C(*Warning) class, C(invalid_scales)); they are not errors.
   returned: always
   type: dict
   sample: {"UserWarning": 1, "invalid_scales": 86}
 warnings_total:
-  description: Sum of RV(warnings).
+  description: Sum of RV(warning_counts).
   returned: always
   type: int
   sample: 87

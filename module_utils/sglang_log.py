@@ -958,7 +958,8 @@ class BootLogParser:
             "weights_by_rank": {k: [dict(e) for e in v] for k, v in boot.weights.items()},
             "startup_timings": boot.startup,
             "worker_up": boot.worker_up or {"up": False, "line": None, "address": None, "text": None},
-            "warnings": dict(boot.warnings),
+            # Not "warnings": Ansible shows a module result's top-level warnings as messages (strings only).
+            "warning_counts": dict(boot.warnings),
             "warnings_total": sum(boot.warnings.values()),
             "status": self._status(boot, boots),
             "kv": _prefer(boot.kv),

@@ -116,3 +116,14 @@ def test_the_alias_names_itself_in_its_errors(tmp_path):
     log = tmp_path / "x.log.gz"
     log.write_bytes(gzip.compress(b"x\n"))
     assert run_module(ALIAS, {"path": str(log)}).result["msg"].endswith("Give boot_log_facts the plain-text log.")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_no_result_key_that_ansible_reserves(case):
+    """Ansible reads a module's top-level `warnings` and `deprecations` as messages: a dict there failed every
+    rollout on the testbed with "Event.msg must be <class 'str'> instead of <class 'dict'>"."""
+    out = run_module(MODULE, {"path": str(FIXTURES / case["fixture"]), "markers": []})
+    for key in ("warnings", "deprecations"):
+        value = out.result.get(key, [])
+        assert isinstance(value, list) and all(isinstance(v, (str, dict)) and not isinstance(v, dict) or
+                                               isinstance(v, dict) and "msg" in v for v in value), (key, value)

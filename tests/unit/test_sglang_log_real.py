@@ -63,4 +63,4 @@ def test_dataclass_server_args():
 def test_warnings_are_counted_not_errors():
     r = parse("real_tp3_worker2.log")
     assert r["errors_total"] == 0 and r["status"] != "failed"
-    assert r["warnings"]["invalid_scales"] == 3
+    assert r["warning_counts"]["invalid_scales"] == 3
