@@ -21,6 +21,14 @@ def shard_bytes(n: int, rank: int, tp: int) -> int:
     return 4096 + (hi - lo) * 264
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_seed():
+    """These tests describe the seed scenario as `fleet up` makes it: start from a fresh one, whatever the
+    modules before left running (a rollout test leaves the engine serving on spark3, a 20th container)."""
+    if os.geteuid() == 0:
+        ensure_testbed(fresh=True)
+
+
 def test_every_host_answers_over_ssh_with_its_own_name(testbed, host):
     for index, name in enumerate(("spark1", "spark2", "spark3"), start=1):
         h = host(name)
