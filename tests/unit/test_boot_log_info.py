@@ -125,5 +125,5 @@ def test_no_result_key_that_ansible_reserves(case):
     out = run_module(MODULE, {"path": str(FIXTURES / case["fixture"]), "markers": []})
     for key in ("warnings", "deprecations"):
         value = out.result.get(key, [])
-        assert isinstance(value, list) and all(isinstance(v, (str, dict)) and not isinstance(v, dict) or
-                                               isinstance(v, dict) and "msg" in v for v in value), (key, value)
+        assert isinstance(value, list) and all(isinstance(v, str) or isinstance(v, dict) and "msg" in v
+                                               for v in value), (key, value)
