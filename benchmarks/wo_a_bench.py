@@ -305,12 +305,15 @@ def measure(groups, ms, sets, replays, repeats, gen, twins, w_bf16, xs_all, conf
             used = cfg_ring or GL.config_for(m, groups, R, D, "cuda")
         elif cfg is None and path == "wide":
             used = K.wide_config(m, groups, R, D)
-        elif cfg is None and path == "einsum":  # prefill without the bf16 weight: bounded scratch + cuBLAS
+        elif cfg is None and path == "tc":
+            used = K.tc_config(m, groups, R, D)
+        elif cfg is None and path == "einsum":  # prefill without the bf16 weight: bf16 scratch + cuBLAS
             used = None
         else:
             used = cfg or K.default_config(m, groups, R, D)
         row = {"G": groups, "M": m, "path": path,
-               "config": {"kind": type(used).__name__, **asdict(used)} if used is not None else {"kind": "prefill"},
+               "config": {"kind": type(used).__name__, **asdict(used)} if used is not None else
+               {"kind": "prefill", "batched": K._prefill_batched(m, groups)},
                "kernel_us": t_k, "einsum_us": t_e, "graph_matches_eager": graph_ok}
         if isinstance(used, GL.RingConfig) and used.pdl:  # the same calls without PDL
             plain = plain_ring_config(path, used, m, groups)
@@ -524,13 +527,19 @@ def markdown(result: dict) -> str:
              "| G | M | path | fp8 kernel (us) | bf16 einsum (us) | speedup | fp8 GB/s | % of copy BW | "
              "without PDL (us) | pure fp8 read (us; PDL) | rel err vs fp64 | deterministic | config "
              "(m,r,k,split,warps,stages; gluon: rows,tokens,warps,K blocks; ring: rows,tokens,warps,K blocks "
-             "per stage,stages[,pdl][,rows x2: two warps along the rows share x]) |",
+             "per stage,stages[,pdl][,rows x2: two warps along the rows share x]; tc: tokens,rows,K,split,warps,"
+             "stages,operand order) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         c = r["config"]
         det = r["deterministic_eager_x21"] and r["graph_matches_eager"] and r["written"]
         if c.get("kind") == "prefill":
-            cfg_text = "per group: bf16 scratch [R, D] + cuBLAS"
+            cfg_text = ("all groups: bf16 scratch [G, R, D] + one batched GEMM" if c.get("batched")
+                        else "per group: bf16 scratch [R, D] + cuBLAS")
+        elif c.get("kind") == "TcConfig":
+            cfg_text = (f"tc {c['block_t']},{c['block_r']},{c['block_k']},{c['split_k']},{c['num_warps']},"
+                        f"{c['num_stages']},{'W as A' if c['w_as_a'] else 'x as A'}"
+                        f"{',per 32-K dot' if c.get('sub_blocks') else ''}")
         elif c.get("kind") == "RingConfig":
             cfg_text = (f"ring {c['block_r']},{c['block_m']},{c['num_warps']},{c['sb']},{c['stages']}"
                         f"{',pdl' if c.get('pdl') else ''}{',rows x2' if c.get('row_warps', 1) == 2 else ''}")

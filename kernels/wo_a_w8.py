@@ -41,7 +41,9 @@ import triton
 import triton.language as tl
 
 from . import wo_a_gluon as _gluon
+from . import wo_a_tc as _tc
 from .wo_a_gluon import GluonConfig, RingConfig
+from .wo_a_tc import TcConfig, store_tile
 
 __all__ = [
     "BLOCK",
@@ -51,14 +53,19 @@ __all__ = [
     "KernelConfig",
     "MID_MAX_M",
     "NotTwinnableError",
+    "PREFILL_BATCHED",
     "SMALL_MAX_M",
+    "TC_TABLE",
+    "TcConfig",
     "Twin",
     "build_twin",
     "dequantize",
     "default_config",
     "dequantize_group",
     "einsum_is_faster",
+    "prefill",
     "select_path",
+    "tc_config",
     "twin_from_checkpoint",
     "twin_weights",
     "WIDE_MAX_M",
@@ -94,8 +101,9 @@ class NotTwinnableError(ValueError):
 
 
 def _semaphore_count(groups: int, rows: int) -> int:
-    # One counter per output tile of a split-K launch: at most G * (R / 32) * ceil(MID_MAX_M / 16).
-    return groups * (rows // BLOCK) * -(-MID_MAX_M // 16)
+    # One counter per output tile of a split-K launch: at most G * (R / 32) * ceil(1024 / 16) (the tc
+    # path's split-K tilings stop at 1024 rows; 32 KB per twin at G=4)
+    return groups * (rows // BLOCK) * (1024 // 16)
 
 
 @dataclass(frozen=True, eq=False)
@@ -305,37 +313,6 @@ def twin_weights(weights: Mapping[str, torch.Tensor]) -> tuple[dict[str, Twin], 
 
 
 @triton.jit
-def _store_tile(acc, y_ptr, ws_ptr, sem_ptr, M, split_k, stride_ym, stride_yg, g, r0, offs_m, pid_gr, pid_m, pid_k,
-                BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, USE_SPLIT: tl.constexpr, SPLIT: tl.constexpr):
-    """Write the [BLOCK_R, BLOCK_M] fp32 tile as bf16 y; with split-K, only after every split's partial.
-
-    Deterministic split-K: every split parks its fp32 partial; the last to arrive sums them in split
-    order 0..S-1 (not arrival order) and resets the tile's counter for the next launch."""
-    offs_r = r0 + tl.arange(0, BLOCK_R)
-    y_ptrs = y_ptr + offs_m[None, :].to(tl.int64) * stride_ym + g * stride_yg + offs_r[:, None]
-    y_mask = offs_m[None, :] < M
-    if USE_SPLIT:
-        tile = pid_gr * tl.num_programs(0) + pid_m
-        tile_elems = BLOCK_R * BLOCK_M
-        offs_t = tl.arange(0, BLOCK_R)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
-        ws_tile = ws_ptr + tile.to(tl.int64) * split_k * tile_elems
-        tl.store(ws_tile + pid_k * tile_elems + offs_t, acc)
-        # CTA barrier, then one GPU-scope release: the same publication pattern as CUTLASS's
-        # split-K semaphore (release is cumulative over the writes the barrier ordered before it)
-        tl.debug_barrier()
-        arrived = tl.atomic_add(sem_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if arrived == split_k - 1:
-            # unrolled over the compile-time split count: every partial load is in flight at once
-            total = tl.zeros([BLOCK_R, BLOCK_M], dtype=tl.float32)
-            for s in tl.static_range(SPLIT):
-                total += tl.load(ws_tile + s * tile_elems + offs_t, cache_modifier=".cg")
-            tl.store(y_ptrs, total.to(tl.bfloat16), mask=y_mask)
-            tl.atomic_xchg(sem_ptr + tile, 0, sem="relaxed", scope="gpu")
-    else:
-        tl.store(y_ptrs, acc.to(tl.bfloat16), mask=y_mask)
-
-
-@triton.jit
 def _wo_a_kernel(
     x_ptr, w_ptr, e_ptr, y_ptr, ws_ptr, sem_ptr,
     M, R, D, k_per_split, split_k,
@@ -418,7 +395,7 @@ def _wo_a_kernel(
 
     if SWAP_AB and not FMA:
         acc = tl.trans(acc)
-    _store_tile(acc, y_ptr, ws_ptr, sem_ptr, M, split_k, stride_ym, stride_yg, g, r0, offs_m, pid_gr, pid_m, pid_k,
+    store_tile(acc, y_ptr, ws_ptr, sem_ptr, M, split_k, stride_ym, stride_yg, g, r0, offs_m, pid_gr, pid_m, pid_k,
                 BLOCK_M, BLOCK_R, USE_SPLIT, SPLIT)
 
 
@@ -491,7 +468,7 @@ def _wo_a_acc_kernel(
 
     if SWAP_AB:
         acc = tl.trans(acc)
-    _store_tile(acc, y_ptr, ws_ptr, sem_ptr, M, split_k, stride_ym, stride_yg, g, r0, offs_m, pid_gr, pid_m, pid_k,
+    store_tile(acc, y_ptr, ws_ptr, sem_ptr, M, split_k, stride_ym, stride_yg, g, r0, offs_m, pid_gr, pid_m, pid_k,
                 BLOCK_M, BLOCK_R, USE_SPLIT, SPLIT)
 
 
@@ -565,8 +542,9 @@ def _sm_count(device: torch.device) -> int:
 
 def select_path(m: int, groups: int, device: torch.device | str = "cuda") -> str:
     """``"gluon"`` (1..16 rows on an sm_89+ GPU), ``"wide"`` (17..WIDE_MAX_M rows there: the ring kernel
-    with 32/64-token tiles), ``"small"`` (1..8 rows), ``"mid"`` (9..192 rows) or ``"einsum"`` (prefill,
-    or no GPU; without the bf16 weight it dequantises one group at a time into a bounded scratch).
+    with 32/64-token tiles), ``"tc"`` (the rows of :data:`TC_TABLE`: tensor-core tiles, one launch),
+    ``"small"`` (1..8 rows), ``"mid"`` (9..192 rows) or ``"einsum"`` (prefill, or no GPU; without the
+    bf16 weight it dequantises into a scratch freed with the call: :func:`prefill`).
 
     Any group count is accepted: TP3 runs G=4 (the stock guard only took G=2)."""
     device = torch.device(device)
@@ -578,6 +556,8 @@ def select_path(m: int, groups: int, device: torch.device | str = "cuda") -> str
         return "gluon"
     if m <= _wide_max_m(groups, device) and _gluon.available(device) and not _failed("wide", device):
         return "wide"
+    if _tc_entry(m, groups) is not None and not _failed("tc", device):
+        return "tc"
     if _failed("mid", device):
         return "einsum"
     if m <= SMALL_MAX_M:
@@ -632,6 +612,53 @@ WIDE_MAX_M: dict[int, int] = {2: 32, 4: 32}
 G=2 and G=4 on the H200. From 48 rows on the mid kernels are faster than the best wide tiling (and at
 G=2 48 rows within the sweep's noise), so mid serves 33..192 rows. Chosen by
 ``benchmarks/wo_a_wide_sweep.py --table-out`` (its ``wide_max_m``)."""
+
+
+# Issue 26, the tc path (kernels/wo_a_tc.py): per group count (other G: the G=4 entry), inclusive M ranges
+# served by one tensor-core tile launch, and its tiling. Chosen by benchmarks/wo_a_tc_sweep.py
+# (choose_tables, from docs/measurements/wo_a_issue26_tc_sweep.json; H200, 8 rotated weight sets): a range
+# goes to tc only where its best tiling beat the path the dispatcher ran by more than 5%. G=2: 49..64 rows
+# 11.97 us (mid 12.68), 129..192 rows 19.72 us (mid 24.35); at G=4 no tiling beat mid by 5%.
+TC_TABLE: dict[int, tuple[tuple[int, int, TcConfig], ...]] = {
+    2: ((49, 64, TcConfig(64, 32, 128, 4, 4, 3, w_as_a=False)),
+        (129, 192, TcConfig(64, 64, 128, 4, 4, 3, w_as_a=True))),
+    4: (),
+}
+# Prefill without the bf16 weight (the einsum path, weight=None): inclusive M ranges (None: no upper end)
+# where all groups are dequantised in one launch into a [G, R, D] scratch freed with the call and one
+# batched GEMM runs, instead of one group at a time (same sweep; H200): G=2 193..512 rows (25.68 us vs
+# 31.79), G=4 from 193 rows on (512: 44.62 vs 60.70; 1024: 69.67 vs 78.42). G=2 at 1024 rows: within 1%.
+PREFILL_BATCHED: dict[int, tuple[tuple[int, int | None], ...]] = {2: ((193, 512),), 4: ((193, None),)}
+
+
+def _tc_entry(m: int, groups: int) -> TcConfig | None:
+    table = TC_TABLE.get(groups, TC_TABLE.get(4, ()))
+    return next((c for lo, hi, c in table if lo <= m <= hi), None)
+
+
+def _prefill_batched(m: int, groups: int) -> bool:
+    ranges = PREFILL_BATCHED.get(groups, PREFILL_BATCHED.get(4, ()))
+    return any(lo <= m and (hi is None or m <= hi) for lo, hi in ranges)
+
+
+def tc_config(m: int, groups: int, rows: int, cols: int) -> TcConfig:
+    """The tc path's tiling for M rows (:data:`TC_TABLE`; outside it, the G=4 / nearest entry), shrunk to
+    divide smaller test shapes; ValueError where no tiling divides R x D."""
+    cfg = _tc_entry(m, groups)
+    if cfg is None:
+        table = TC_TABLE.get(groups) or TC_TABLE.get(4) or TC_TABLE.get(2, ())
+        if not table:
+            raise ValueError(f"no tc tiling for M={m}, G={groups}")
+        cfg = min(table, key=lambda e: min(abs(m - e[0]), abs(m - e[1])))[2]
+    br, s = cfg.block_r, cfg.split_k
+    while br > BLOCK and rows % br:
+        br //= 2
+    while s > 1 and cols % (cfg.block_k * s):
+        s //= 2
+    out = replace(cfg, block_r=br, split_k=s)
+    if not out.fits(rows, cols):
+        raise ValueError(f"no tc tiling for R={rows}, D={cols}")
+    return out
 
 
 def _wide_max_m(groups: int, device: torch.device) -> int:
@@ -691,7 +718,9 @@ def default_config(m: int, groups: int, rows: int, cols: int, device: torch.devi
     path = select_path(m, groups, device)
     if path == "einsum":
         raise ValueError(f"M={m} runs on the einsum path, no kernel configuration")
-    if path in ("gluon", "wide"):  # the Triton configuration of the same rows (their fallback)
+    if path in ("gluon", "wide", "tc"):  # the Triton configuration of the same rows (their fallback)
+        if m > MID_MAX_M:
+            raise ValueError(f"M={m} falls back to the einsum path, no kernel configuration")
         path = "small" if m <= SMALL_MAX_M else "mid"
     base, per_sm = next((c, p) for top, c, p in _TABLES[path] if m <= top)
     cap = base.split_k if base.split_k > 1 else 16
@@ -728,7 +757,7 @@ def _check_x(x: torch.Tensor, twin: Twin) -> None:
 
 def _einsum(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None) -> torch.Tensor:
     if weight is None:
-        return _prefill(x, twin)
+        return prefill(x, twin, batched=_prefill_batched(x.shape[0], x.shape[1]))
     if weight.dtype != torch.bfloat16 or tuple(weight.shape) != tuple(twin.values.shape):
         raise ValueError(f"weight must be bf16 {tuple(twin.values.shape)}, got {weight.dtype} {tuple(weight.shape)}")
     return torch.einsum("tgd,grd->tgr", x, weight).contiguous()
@@ -765,15 +794,30 @@ def dequantize_group(twin: Twin, g: int, out: torch.Tensor | None = None) -> tor
     if twin.device.type != "cuda" and not _interpreting():
         out.copy_(dequantize(Twin(twin.values[g:g + 1].contiguous(), twin.exponents[g:g + 1].contiguous()))[0])
         return out
-    bk = 128 if d % 128 == 0 else 32
-    _dequant_kernel[(r // BLOCK, d // bk)](twin.values[g], twin.exponents[g], out, d, BLOCK_K=bk, num_warps=4)
+    _dequantize_rows(twin.values[g], twin.exponents[g], out)
     return out
 
 
-def _prefill(x: torch.Tensor, twin: Twin, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Prefill without the bf16 weight: per group, dequantise into one [R, D] scratch (freed after the
-    call: never a full-size bf16 copy kept alive) and multiply with cuBLAS straight into y[:, g, :]."""
+def _dequantize_rows(values: torch.Tensor, exponents: torch.Tensor, out: torch.Tensor, block_k: int = 128) -> None:
+    r, d = values.shape
+    bk = block_k if d % block_k == 0 else 32
+    _dequant_kernel[(r // BLOCK, d // bk)](values, exponents, out, d, BLOCK_K=bk, num_warps=4)
+
+
+def prefill(x: torch.Tensor, twin: Twin, out: torch.Tensor | None = None, *, batched: bool = False,
+            block_k: int = 128) -> torch.Tensor:
+    """y from the twin alone through a bf16 scratch and cuBLAS (never a bf16 copy kept past the call).
+
+    ``batched=False``: per group, dequantise into one ``[R, D]`` scratch and multiply straight into
+    ``y[:, g, :]``. ``batched=True``: all groups in one dequantise launch into a ``[G, R, D]`` scratch
+    freed with the call, then one batched GEMM (the einsum's own), copied into ``out`` if given."""
     m, g, _ = x.shape
+    if batched and x.device.type == "cuda":
+        scratch = torch.empty((g, twin.rows, twin.cols), dtype=torch.bfloat16, device=x.device)
+        _dequantize_rows(twin.values.view(g * twin.rows, twin.cols), twin.exponents.view(-1, twin.cols // BLOCK),
+                         scratch.view(g * twin.rows, twin.cols), block_k)
+        y = torch.einsum("tgd,grd->tgr", x, scratch)
+        return y if out is None else out.copy_(y)
     y = out if out is not None else torch.empty((m, g, twin.rows), dtype=torch.bfloat16, device=x.device)
     scratch = torch.empty((twin.rows, twin.cols), dtype=torch.bfloat16, device=x.device)
     for gi in range(g):
@@ -809,9 +853,15 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
         _check_out(out, x, twin)
     m, g, d = x.shape
     chosen = path or select_path(m, g, x.device)
-    if chosen not in ("gluon", "wide", "small", "mid", "einsum"):
+    if chosen not in ("gluon", "wide", "tc", "small", "mid", "einsum"):
         raise ValueError(f"unknown path {chosen!r}")
-    if isinstance(config, RingConfig) and (config.block_m > _gluon.MAX_M or chosen == "wide"):
+    if isinstance(config, TcConfig):
+        if path not in (None, "tc"):
+            raise ValueError(f"a TcConfig runs on the tc path, not {chosen!r}")
+        chosen = "tc"
+    elif chosen == "tc" and config is not None:
+        raise ValueError("the tc path takes a TcConfig")
+    elif isinstance(config, RingConfig) and (config.block_m > _gluon.MAX_M or chosen == "wide"):
         if path not in (None, "wide"):
             raise ValueError(f"a RingConfig of {config.block_m} tokens runs on the wide path, not {chosen!r}")
         chosen = "wide"
@@ -852,6 +902,18 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
             if path is not None or config is not None:
                 raise
             chosen = "mid" if m <= MID_MAX_M else "einsum"
+    tc_cfg = None
+    if chosen == "tc":
+        if x.device.type != "cuda" and not _interpreting():
+            raise ValueError("the tc path needs a CUDA device (or TRITON_INTERPRET=1)")
+        try:
+            tc_cfg = config or tc_config(m, g, twin.rows, d)
+            if not tc_cfg.fits(twin.rows, d):
+                raise ValueError(f"{tc_cfg} does not tile R={twin.rows}, D={d}")
+        except ValueError:
+            if path is not None or config is not None:
+                raise
+            chosen = "mid" if m <= MID_MAX_M else "einsum"
     if path is None and chosen in ("small", "mid") and _failed("mid", x.device):
         chosen = "einsum"  # gluon/wide fell back to a Triton kernel that already failed here
     if path is None and chosen not in ("gluon", "wide") and d % _K_WORD:
@@ -865,7 +927,7 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
         return y if out is None else out.copy_(y)
     if chosen == "einsum":
         if weight is None:
-            return _prefill(x, twin, out)
+            return prefill(x, twin, out, batched=_prefill_batched(m, g))
         y = _einsum(x, twin, weight)
         return y if out is None else out.copy_(y)
     if out is None:
@@ -881,6 +943,8 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
             return _gluon.launch(x, twin, out, gluon_cfg)
         if chosen == "wide":
             return _launch_wide(x, twin, out, wide_cfg)
+        if chosen == "tc":
+            return _tc.launch(x, twin.values, twin.exponents, twin.semaphores, out, tc_cfg)
         return _launch(x, twin, cfg, out)
     except ValueError:
         raise

@@ -85,12 +85,15 @@ def test_installed_wide_table_is_the_measured_one(sweep_rows):
 
 
 def test_wide_dispatch_and_einsum_preference_on_the_h200(monkeypatch):
-    """With the installed table: 17..32 rows run wide at G=2 and G=4, 33..192 mid, more the prefill path;
-    a caller holding the bf16 weight gets the einsum exactly where it measured faster (33+ rows)."""
+    """With the installed tables: 17..32 rows run wide at G=2 and G=4, 33..192 mid (at G=2 49..64 and
+    129..192 the tc path, TC_TABLE), more the prefill path; a caller holding the bf16 weight gets the
+    einsum exactly where it measured faster (33+ rows)."""
     monkeypatch.setattr(GL, "available", lambda device: True)
-    for g in (2, 4):
-        assert [K.select_path(m, g, "cuda") for m in (16, 17, 24, 32, 33, 192, 193)] == \
-            ["gluon", "wide", "wide", "wide", "mid", "mid", "einsum"]
+    ms = (16, 17, 24, 32, 33, 48, 49, 64, 65, 128, 129, 192, 193)
+    assert [K.select_path(m, 2, "cuda") for m in ms] == \
+        ["gluon", "wide", "wide", "wide", "mid", "mid", "tc", "tc", "mid", "mid", "tc", "tc", "einsum"]
+    assert [K.select_path(m, 4, "cuda") for m in ms] == \
+        ["gluon", "wide", "wide", "wide"] + ["mid"] * 8 + ["einsum"]
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     monkeypatch.setattr(K, "_device_name", lambda device: "NVIDIA H200")
     for g in (2, 4):
