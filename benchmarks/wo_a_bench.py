@@ -346,6 +346,17 @@ def apply_wide_table(table: dict) -> None:
     K.EINSUM_FASTER["H200"] = tuple((int(lo), int(hi), int(g)) for lo, hi, g in table["einsum_faster"])
 
 
+def apply_tc_tables(tables: dict) -> None:
+    """Install the tc path's tables chosen by benchmarks/wo_a_tc_sweep.py ({"tc": {G: [[lo, hi, TcConfig
+    fields]]}, "prefill_batched": {G: [[lo, hi or None]]}}) in the dispatcher for this run."""
+    K.TC_TABLE.clear()
+    K.TC_TABLE.update({int(g): tuple((int(lo), int(hi), K.TcConfig(**c)) for lo, hi, c in rows)
+                       for g, rows in tables["tc"].items()})
+    K.PREFILL_BATCHED.clear()
+    K.PREFILL_BATCHED.update({int(g): tuple((int(lo), None if hi is None else int(hi)) for lo, hi in rows)
+                              for g, rows in tables["prefill_batched"].items()})
+
+
 def profile_one(args) -> int:
     groups, m = args.groups[0], args.ms[0]
     chosen = json.loads(Path(args.profile_from).read_text()).get("chosen", {}).get(str(groups), {})
@@ -382,7 +393,11 @@ def main() -> int:
     ap.add_argument("--profile-from", default=None,
                     help="results JSON of a sweep: only run its chosen config for --groups[0], --ms[0] "
                          "30 times (a target for ncu) and exit")
+    ap.add_argument("--tc-tables", default=None,
+                    help="JSON from benchmarks/wo_a_tc_sweep.py: run the dispatcher with its chosen tables")
     args = ap.parse_args()
+    if args.tc_tables:
+        apply_tc_tables(json.loads(Path(args.tc_tables).read_text())["tables"])
     if args.wide_table:  # a table chosen by benchmarks/wo_a_wide_sweep.py, measured as the dispatcher's
         apply_wide_table(json.loads(Path(args.wide_table).read_text()))
     if args.profile_from:

@@ -19,7 +19,7 @@ import multiprocessing as mp
 import os
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,10 +39,16 @@ def _p2(m: int) -> int:
     return 1 << (m - 1).bit_length()
 
 
-def candidates(m: int, groups: int, sms: int = 132) -> list[T.TcConfig]:
+def candidates(m: int, groups: int, sms: int = 132, narrow: bool = False) -> list[T.TcConfig]:
     """Tilings around what should win at M rows: one token tile for M <= 64 (weights read once), 64-256
     token tiles above; weight rows 32..128; split-K sized for about 1 to 3 programs per SM; both kernels
-    (one dot per block_k with the tile reshaped to meet its scales, or one dot per 32-wide K block)."""
+    (one dot per block_k with the tile reshaped to meet its scales, or one dot per 32-wide K block).
+    ``narrow``: only the reshaping kernel with 128-wide K tiles and 3 stages (every winner of the wide
+    sweep but one), each with the scale multiply in bf16 and in fp32 (e4m3 -> fp32 -> bf16 avoids the
+    conversion pipe's e4m3 -> f16 -> bf16: round 4)."""
+    if narrow:
+        return [replace(c, bf16_scale=b) for c in candidates(m, groups, sms)
+                if not c.sub_blocks and c.block_k == 128 and c.num_stages == 3 for b in (True, False)]
     if m <= 64:
         bts = [max(16, _p2(m))]
     elif m <= 192:
@@ -71,12 +77,14 @@ def candidates(m: int, groups: int, sms: int = 132) -> list[T.TcConfig]:
 
 def choose_tables(rows: list[dict], mid_max_m: int = K.MID_MAX_M, margin: float = 0.05) -> dict:
     """The dispatcher's ``TC_TABLE`` and ``PREFILL_BATCHED`` from the sweep's rows. Per G and swept M (a
-    bucket from the previous swept M + 1 up to this M; the last bucket has no upper end): the path the
-    dispatcher ran without the weight stays unless another fp8-only form beats it by more than the
-    fraction ``margin`` (three repeats per candidate cannot separate closer times). Up to ``mid_max_m``
-    rows the challenger is the best correct ``tc`` tiling; above, the batched prefill or a ``tc``
-    tiling against the per-group prefill. Returns {"tc": {G: [[lo, hi, config]]}, "prefill_batched":
-    {G: [[lo, hi or None]]}, "buckets": {G: [{M, path, us, einsum_us, now_us}]}}."""
+    bucket from the previous swept M + 1 up to this M; the last bucket has no upper end) a challenger
+    replaces the baseline only where it is faster by more than the fraction ``margin`` (three repeats
+    per candidate cannot separate closer times). Up to ``mid_max_m`` rows the baseline is the path the
+    dispatcher ran without the weight (wide or mid) and the challenger the best correct ``tc`` tiling; a
+    bucket the dispatcher already ran on tc (no other path timed there) keeps tc with the best tiling.
+    Above, the baseline is the per-group prefill and the challengers the batched prefill, then a ``tc``
+    tiling. Returns {"tc": {G: [[lo, hi, config]]}, "prefill_batched": {G: [[lo, hi or None]]},
+    "buckets": {G: [{M, path, us, baseline, baseline_us, einsum_us}]}}."""
     out: dict = {"tc": {}, "prefill_batched": {}, "buckets": {}}
     for g in sorted({r["G"] for r in rows}):
         ms = sorted({r["M"] for r in rows if r["G"] == g})
@@ -84,14 +92,21 @@ def choose_tables(rows: list[dict], mid_max_m: int = K.MID_MAX_M, margin: float 
         for i, m in enumerate(ms):
             lo, hi = (ms[i - 1] + 1 if i else 17), (m if i < len(ms) - 1 else None)
             here = [r for r in rows if r["G"] == g and r["M"] == m and "us" in r]
-            now = next(r for r in here if r["path"] == "dispatcher_no_weight")
             ein = next(r for r in here if r["path"] == "einsum_bf16")["us"]
             ok_tc = [r for r in here if r["path"] == "tc" and r.get("ok")]
             best_tc = min(ok_tc, key=lambda r: r["us"], default=None)
+            if m <= mid_max_m:
+                now = next(r for r in here if r["path"] == "dispatcher_no_weight")
+                base, base_us = now.get("chosen"), now["us"]
+                if base == "tc":
+                    base_us = float("inf")  # no other path timed here: tc stays (an earlier sweep chose it)
+            else:
+                per_group = next(r for r in here if r["path"] == "prefill_per_group")
+                base, base_us = "prefill", per_group["us"]
+            path, us = base, base_us
             fast = [r for r in here if r["path"] == "prefill_batched" and r["rel_err"] <= 1e-2 and r["written"]
                     and r["deterministic"]]
             best_b = min(fast, key=lambda r: r["us"], default=None)
-            path, us = ("mid/wide" if m <= mid_max_m else "prefill"), now["us"]
             if best_b is not None and m > mid_max_m and best_b["us"] * (1 + margin) < us:
                 path, us = "prefill_batched", best_b["us"]
                 batched.append([lo, hi])
@@ -100,8 +115,8 @@ def choose_tables(rows: list[dict], mid_max_m: int = K.MID_MAX_M, margin: float 
                     batched.pop()
                 path, us = "tc", best_tc["us"]
                 tc.append([lo, hi, best_tc["config"]])
-            buckets.append({"M": m, "path": path, "us": us, "einsum_us": ein, "now_us": now["us"],
-                            "now_path": now.get("chosen")})
+            buckets.append({"M": m, "path": path, "us": us, "baseline": base,
+                            "baseline_us": None if base_us == float("inf") else base_us, "einsum_us": ein})
         for ranges in (tc, batched):  # adjacent buckets with the same choice merge
             merged = []
             for rng in ranges:
@@ -143,6 +158,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workers", type=int, default=min(15, os.cpu_count() or 1))
     ap.add_argument("--deadline", type=float, default=420.0)
+    ap.add_argument("--narrow", action="store_true", help="the narrowed candidates, bf16 and fp32 scale multiply")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     t0 = time.time()
@@ -154,7 +170,7 @@ def main() -> int:
     sms = info["sms"]
     tasks, seen = [], set()
     for g, m in itertools.product(args.groups, args.ms):
-        for c in candidates(m, g, sms):
+        for c in candidates(m, g, sms, args.narrow):
             if compile_key(c) not in seen:
                 seen.add(compile_key(c))
                 tasks.append((g, m, asdict(c)))
@@ -200,7 +216,7 @@ def main() -> int:
                 result["rows"].append({**base, "path": "prefill_batched" if batched else "prefill_per_group",
                                        "dequant_block_k": bk, **r})
             best = None
-            for c in candidates(m, groups, sms):
+            for c in candidates(m, groups, sms, args.narrow):
                 if time.time() - t0 > args.deadline:
                     result["cut_at_deadline"] = True
                     break

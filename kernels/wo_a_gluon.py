@@ -179,7 +179,8 @@ def config_for(m: int, groups: int, rows: int, cols: int, device: torch.device |
 RING_CANDIDATES = {16: ((2, 8), (2, 6), (4, 3), (2, 3), (2, 2)), 32: ((2, 6), (4, 3), (2, 3))}  # (sb, stages)
 
 
-# Programmatic dependent launch (round 7, docs/kernels.md; docs/measurements/wo_a_round7_*): the next
+# Programmatic dependent launch (round 7, docs/kernels.md; docs/measurements/wo_a_round7_final.json and
+# wo_a_round7_pdl_tilings.json): the next
 # kernel's programs take SM slots as soon as this one lets them, so PDL pays most where at most two
 # programs fit an SM (the running kernel's and the next one's): at 1..8 rows 1.3-1.7 us faster with
 # 80 KB programs (G=4), 0.1-0.8 us with round 6's 64-74 KB ones (three per SM; at 9..16 rows those were
@@ -189,7 +190,8 @@ PDL_CANDIDATES = {8: (10, 12, 8, 6, 5, 4, 3, 2), 16: (8, 6, 5, 4, 3, 2)}  # stag
 # 6..16 rows where 32-row programs keep 7/8 of the SMs busy (G=4 on the H200): one program per SM of 8 warps,
 # 4 along K and 2 along the rows, the two row halves sharing one copy of x (row_warps=2: x comes from L2
 # once per 32 rows); 10 stages with an 8-token tile (123 KB), 8 with 16 tokens (131 KB): the fewest that
-# still keep a second program off the SM. Round 8, same process each (docs/measurements/wo_a_round8_*.json,
+# still keep a second program off the SM. Round 8, same process each (docs/measurements/wo_a_round8_compare.json,
+# wo_a_round8_wide_stages.json,
 # wo_a_round7_row_warps.json), G=4 with PDL: 6.18-6.28 vs 6.32-6.37 us for 16-row programs at 6 rows,
 # 6.27-6.35 vs 6.53-6.60 at 8; 7.19 vs 7.50 (10 stages) and 7.57 (round 7's 32-row programs, one warp per
 # K slice) at 12 rows, 7.68 vs 7.88 and 8.01 at 16; 1..4 rows and G=2 stay faster with 16-row programs.

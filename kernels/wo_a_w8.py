@@ -594,7 +594,7 @@ def einsum_is_faster(m: int, device: torch.device | str = "cuda", groups: int | 
                for key, ranges in EINSUM_FASTER.items() for lo, hi, g in ranges)
 
 
-# Issue 26 (docs/kernels.md, "Issue 26"): the ring kernel of 1..16 rows, unchanged, with 32- and 64-token
+# Issue 26 (docs/kernels.md, Design): the ring kernel of 1..16 rows, unchanged, with 32- and 64-token
 # tiles serves 17..WIDE_MAX_M rows as ceil(M / tile) launches (each reads the weights; from the second
 # launch on they are mostly in L2). Per group count (other G: the G=4 table), per bucket of M: (largest M,
 # ring tiling). Measured on the H200 (benchmarks/wo_a_wide_sweep.py, 8 rotated weight sets:
@@ -615,19 +615,24 @@ G=2 48 rows within the sweep's noise), so mid serves 33..192 rows. Chosen by
 
 
 # Issue 26, the tc path (kernels/wo_a_tc.py): per group count (other G: the G=4 entry), inclusive M ranges
-# served by one tensor-core tile launch, and its tiling. Chosen by benchmarks/wo_a_tc_sweep.py
-# (choose_tables, from docs/measurements/wo_a_issue26_tc_sweep.json; H200, 8 rotated weight sets): a range
-# goes to tc only where its best tiling beat the path the dispatcher ran by more than 5%. G=2: 49..64 rows
-# 11.97 us (mid 12.68), 129..192 rows 19.72 us (mid 24.35); at G=4 no tiling beat mid by 5%.
+# served by one tensor-core tile launch, and its tiling. Chosen by benchmarks/wo_a_tc_sweep.py --narrow
+# (choose_tables, from docs/measurements/wo_a_issue26_tc_sweep_scale.json; H200, 8 rotated weight sets): a
+# range goes to tc only where its best tiling beat mid by more than 5%. The scale multiply runs in fp32
+# (e4m3 -> fp32 -> bf16; round 4: e4m3 -> bf16 goes through f16 on the conversion pipe), 0.65-2.7 us faster
+# at 24..192 rows than the bf16 multiply in the same sweep. G=2: 33..64 rows 11.2 us (mid 12.6), 97..128
+# 14.9 (mid 16.0), 129..192 18.6 (mid 24.4 in the first sweep); G=4: 33..64 15.2 (mid 16.6-16.7), 129..192
+# 29.4 (mid 32.7); 65..96 (and 97..128 at G=4) stay on mid (within 5% or slower).
 TC_TABLE: dict[int, tuple[tuple[int, int, TcConfig], ...]] = {
-    2: ((49, 64, TcConfig(64, 32, 128, 4, 4, 3, w_as_a=False)),
-        (129, 192, TcConfig(64, 64, 128, 4, 4, 3, w_as_a=True))),
-    4: (),
+    2: ((33, 64, TcConfig(64, 32, 128, 4, 4, 3, w_as_a=False, bf16_scale=False)),
+        (97, 128, TcConfig(64, 64, 128, 4, 4, 3, w_as_a=False, bf16_scale=False)),
+        (129, 192, TcConfig(64, 64, 128, 4, 4, 3, w_as_a=True, bf16_scale=False))),
+    4: ((33, 64, TcConfig(64, 64, 128, 4, 4, 3, w_as_a=False, bf16_scale=False)),
+        (129, 192, TcConfig(64, 64, 128, 2, 4, 3, w_as_a=True, bf16_scale=False))),
 }
 # Prefill without the bf16 weight (the einsum path, weight=None): inclusive M ranges (None: no upper end)
 # where all groups are dequantised in one launch into a [G, R, D] scratch freed with the call and one
-# batched GEMM runs, instead of one group at a time (same sweep; H200): G=2 193..512 rows (25.68 us vs
-# 31.79), G=4 from 193 rows on (512: 44.62 vs 60.70; 1024: 69.67 vs 78.42). G=2 at 1024 rows: within 1%.
+# batched GEMM runs, instead of one group at a time (same sweep; H200): G=2 193..512 rows (25.85 us vs
+# 30.17), G=4 from 193 rows on (512: 44.43 vs 62.90; 1024: 69.30 vs 74.20). G=2 at 1024 rows: within 3%.
 PREFILL_BATCHED: dict[int, tuple[tuple[int, int | None], ...]] = {2: ((193, 512),), 4: ((193, None),)}
 
 
@@ -859,8 +864,10 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
         if path not in (None, "tc"):
             raise ValueError(f"a TcConfig runs on the tc path, not {chosen!r}")
         chosen = "tc"
-    elif chosen == "tc" and config is not None:
+    elif chosen == "tc" and (path is not None or isinstance(config, GluonConfig)) and config is not None:
         raise ValueError("the tc path takes a TcConfig")
+    elif chosen == "tc" and isinstance(config, KernelConfig):
+        chosen = "small" if m <= SMALL_MAX_M else "mid"  # a Triton configuration for the tc path's rows
     elif isinstance(config, RingConfig) and (config.block_m > _gluon.MAX_M or chosen == "wide"):
         if path not in (None, "wide"):
             raise ValueError(f"a RingConfig of {config.block_m} tokens runs on the wide path, not {chosen!r}")

@@ -285,8 +285,8 @@ def test_einsum_path_for_prefill_and_without_gpu(gen):
 
 def test_select_path_boundaries(monkeypatch):
     monkeypatch.setattr(K._gluon, "available", lambda device: False)  # the Triton paths' boundaries
-    assert [K.select_path(m, 4, "cuda") for m in (1, 8, 9, 192, 193, 4096)] == \
-        ["small", "small", "mid", "mid", "einsum", "einsum"]
+    assert [K.select_path(m, 4, "cuda") for m in (1, 8, 9, 96, 192, 193, 4096)] == \
+        ["small", "small", "mid", "mid", "tc" if K._tc_entry(192, 4) else "mid", "einsum", "einsum"]
     assert K.select_path(4, 2, "cuda") == K.select_path(4, 4, "cuda") == "small"  # G=4 welcome
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert K.select_path(4, 4, "cpu") == "einsum"
@@ -423,7 +423,7 @@ def test_kernel_that_cannot_run_falls_back_once(monkeypatch, gen, caplog):
     # with mid failed, rows that mid serves go to the einsum path; on a GPU with Gluon 12 rows still
     # select gluon (odd x then falls back past the failed mid straight to the einsum)
     assert K.select_path(12, 2, DEVICE) == ("gluon" if K._gluon.available(DEVICE) else "einsum")
-    assert K.select_path(100, 2, DEVICE) == "einsum"
+    assert K.select_path(80, 2, DEVICE) == "einsum"  # a mid row (not in TC_TABLE)
     with pytest.raises(RuntimeError):
         K.wo_a(x, twin, path="mid", config=K.KernelConfig(block_m=16, block_r=32, block_k=128))
 

@@ -85,15 +85,15 @@ def test_installed_wide_table_is_the_measured_one(sweep_rows):
 
 
 def test_wide_dispatch_and_einsum_preference_on_the_h200(monkeypatch):
-    """With the installed tables: 17..32 rows run wide at G=2 and G=4, 33..192 mid (at G=2 49..64 and
-    129..192 the tc path, TC_TABLE), more the prefill path; a caller holding the bf16 weight gets the
+    """With the installed tables: 17..32 rows run wide at G=2 and G=4, 33..192 the tc path (TC_TABLE)
+    or mid (65..96, and 97..128 at G=4), more the prefill path; a caller holding the bf16 weight gets the
     einsum exactly where it measured faster (33+ rows)."""
     monkeypatch.setattr(GL, "available", lambda device: True)
     ms = (16, 17, 24, 32, 33, 48, 49, 64, 65, 128, 129, 192, 193)
     assert [K.select_path(m, 2, "cuda") for m in ms] == \
-        ["gluon", "wide", "wide", "wide", "mid", "mid", "tc", "tc", "mid", "mid", "tc", "tc", "einsum"]
+        ["gluon", "wide", "wide", "wide", "tc", "tc", "tc", "tc", "mid", "tc", "tc", "tc", "einsum"]
     assert [K.select_path(m, 4, "cuda") for m in ms] == \
-        ["gluon", "wide", "wide", "wide"] + ["mid"] * 8 + ["einsum"]
+        ["gluon", "wide", "wide", "wide", "tc", "tc", "tc", "tc", "mid", "mid", "tc", "tc", "einsum"]
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     monkeypatch.setattr(K, "_device_name", lambda device: "NVIDIA H200")
     for g in (2, 4):
@@ -108,7 +108,7 @@ def test_apply_wide_table_installs_a_sweep_table(monkeypatch, sweep_rows):
     monkeypatch.setattr(GL, "available", lambda device: True)
     B.apply_wide_table(json.loads(json.dumps(S.choose_table(sweep_rows))))  # through JSON: string keys
     assert K.WIDE_MAX_M == {2: 32, 4: 32} and set(K.WIDE_TABLE) == {2, 4}
-    assert [K.select_path(m, 4, "cuda") for m in (32, 33)] == ["wide", "mid"]
+    assert [K.select_path(m, 4, "cuda") for m in (32, 33)] == ["wide", "tc" if K._tc_entry(33, 4) else "mid"]
     assert K.EINSUM_FASTER["H200"] == ((33, 1024, 2), (33, 1024, 4))
 
 
