@@ -150,7 +150,7 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sparkfleet_quiesce import (
+from ansible.module_utils.quiesce_workloads import (
     QuiesceError, apply, describe, image_ids, inventory_containers, normalize, parse_record, partial_record, plan,
     protected, render_record, service_state)
 
