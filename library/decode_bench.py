@@ -29,15 +29,9 @@ description:
   - docs/bench.md has the full definitions.
 version_added: "0.1.0"
 author: sparkfleet
+extends_documentation_fragment:
+  - engine_api
 options:
-  url:
-    description: Base URL of the head's API, e.g. C(http://10.213.0.11:8888).
-    type: str
-    required: true
-  api_key:
-    description: The API key (C(/state/api-key) on the head), sent as an C(Authorization) bearer token. Never logged.
-    type: str
-    required: false
   model:
     description: Model name to request; default the first one C(/v1/models) lists.
     type: str

@@ -20,14 +20,9 @@ description:
   - Fails with one message per problem (RV(problems)). Nothing is restarted - the caller keeps the logs and reports.
 version_added: "1.0.0"
 author: sparkfleet
+extends_documentation_fragment:
+  - engine_api
 options:
-  url:
-    description: Base URL of the head's OpenAI API, e.g. C(http://127.0.0.1:8888).
-    type: str
-    required: true
-  api_key:
-    description: API key sent as a bearer token. Never logged.
-    type: str
   api_key_file:
     description: File holding the API key (the head's C(/state/api-key) on the host); a missing or empty file means no key.
     type: path

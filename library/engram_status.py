@@ -20,19 +20,9 @@ description:
   - Never changes anything.
 version_added: "1.0.0"
 author: sparkfleet
+extends_documentation_fragment:
+  - engram_rank
 options:
-  dest:
-    description: Engram directory of this rank.
-    type: path
-    required: true
-  rank:
-    description: This node's rank, C(0 <= rank < tp).
-    type: int
-    required: true
-  tp:
-    description: Tensor parallel size.
-    type: int
-    required: true
   layers:
     description: Engram layers to report.
     type: list
