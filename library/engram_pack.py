@@ -1,5 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright: sparkfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # sparkfleet: pack one rank's Engram shards (docs/reference.md section 3). Logic: module_utils/engram_packer.py.
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ description:
     mounted read-only, like the recipe's C(./start.sh pack).
   - O(dest) must exist, be a directory and not be a symlink into another volume.
 version_added: "1.0.0"
-author: sparkfleet
+author: sparkfleet contributors (!UNKNOWN)
 extends_documentation_fragment:
   - engram_rank
 options:

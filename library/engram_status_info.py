@@ -1,5 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright: sparkfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # sparkfleet: read-only status of one rank's packed Engram shards and of the engine's packed= flags.
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ description:
     layer and rank seen again starts the next boot).
   - Never changes anything.
 version_added: "1.0.0"
-author: sparkfleet
+author: sparkfleet contributors (!UNKNOWN)
 extends_documentation_fragment:
   - engram_rank
   - engram_status

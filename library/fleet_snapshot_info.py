@@ -28,7 +28,7 @@ description:
   - A section that cannot be read is null and says why under C(errors); the module itself fails only on
     bad options.
 version_added: "0.1.0"
-author: sparkfleet
+author: sparkfleet contributors (!UNKNOWN)
 extends_documentation_fragment:
   - fleet_snapshot
 attributes:

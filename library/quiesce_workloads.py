@@ -18,7 +18,7 @@ description:
     container started from one of O(protected_images).
   - A listed name that is neither a container nor a unit on this host is a warning, not a failure.
 version_added: "0.1.0"
-author: sparkfleet
+author: sparkfleet contributors (!UNKNOWN)
 options:
   state:
     description: C(quiet) pauses or stops the listed workloads; C(restored) undoes what the record says.

@@ -44,7 +44,7 @@ def status(dest, rank, tp, layers, checkpoint=None, log_text=None):
             "log_given": log_text is not None, "log_boots": boots}
 
 
-DEPRECATED_ALIASES = {"engram_status": ("engram_status_info", "1.2.0")}
+DEPRECATED_ALIASES = {"engram_status": ("engram_status_info", "2.0.0")}
 
 
 def run_module(name: str) -> None:

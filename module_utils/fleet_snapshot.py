@@ -451,7 +451,7 @@ def sections_from(gather: Iterable) -> tuple:
     return tuple(s for s in SECTIONS if s in gather)
 
 
-DEPRECATED_ALIASES = {"fleet_snapshot": ("fleet_snapshot_info", "1.2.0")}
+DEPRECATED_ALIASES = {"fleet_snapshot": ("fleet_snapshot_info", "2.0.0")}
 
 
 def run_module(name: str) -> None:

@@ -153,5 +153,5 @@ def test_the_deprecated_alias_returns_the_same_and_warns(packed, monkeypatch):
     assert deprecations == []
     assert run_module(ALIAS, params).result == new
     assert deprecations == [("engram_status is now called engram_status_info (a read-only module returns no "
-                             "ansible_facts); replace the module name, the options and results are the same.", "1.2.0")]
+                             "ansible_facts); replace the module name, the options and results are the same.", "2.0.0")]
     assert "ansible_facts" not in new

@@ -337,4 +337,4 @@ def test_the_deprecated_alias_returns_the_same_and_warns(module_host, monkeypatc
         result["snapshot"].pop("taken_at")
     assert old == new
     assert deprecations == [("fleet_snapshot is now called fleet_snapshot_info (a read-only module returns no "
-                             "ansible_facts); replace the module name, the options and results are the same.", "1.2.0")]
+                             "ansible_facts); replace the module name, the options and results are the same.", "2.0.0")]
