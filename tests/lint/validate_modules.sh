@@ -7,6 +7,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
+[[ "$PY" == */* && "$PY" != /* ]] && PY="$PWD/$PY"   # the script changes directory below
 if ! "$PY" -c 'import voluptuous, antsibull_docs_parser' 2>/dev/null; then
   echo "validate-modules needs voluptuous and antsibull-docs-parser in $PY's environment (ansible-test's requirements" \
        "for it: ansible_test/_data/requirements/sanity.validate-modules.txt); install them with requirements.txt." >&2
