@@ -47,6 +47,7 @@ lint: venv
 	$(BIN)/python -m compileall -q library module_utils plugins testbed benchmarks kernels
 	@for m in $$(ls library/*.py | xargs -n1 basename | sed 's/\.py$$//'); do \
 	  $(BIN)/ansible-doc -M library -t module $$m >/dev/null || { echo "ansible-doc cannot render $$m"; exit 1; }; done
+	PYTHON=$(BIN)/python bash tests/lint/validate_modules.sh
 
 unit: venv
 	$(PYTEST) tests/unit -q -m "not slow"

@@ -1,5 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright: sparkfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # sparkfleet: build the adapter bundle's manifest on the controller. Logic: module_utils/adapter_bundle.py.
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ description:
     pinned file that is not in the bundle.
   - "Read-only; run it on the controller (C(delegate_to: localhost))."
 version_added: "1.0.0"
-author: sparkfleet
+author: sparkfleet contributors (!UNKNOWN)
 options:
   adapter_dir:
     description: The adapter directory (the operator's recipe checkout on the controller); bundled as C(adapter/).
@@ -44,7 +46,7 @@ options:
   archive_dir:
     description: >-
       When given, also write the bundle as one archive, C(<archive_dir>/bundle-<hash12>.tar) (uncompressed tar of the
-      files and the manifest, byte-identical for the same bundle), to copy to the nodes (M(adapter_release) O(archive)).
+      files and the manifest, byte-identical for the same bundle), to copy to the nodes (the C(archive) option of M(adapter_release)).
       Not written in check mode (the role runs this task with C(check_mode: false): the archive is the run folder's
       evidence, nothing the fleet runs).
     type: path

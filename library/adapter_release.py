@@ -1,5 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright: sparkfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # sparkfleet: engine image releases of adapter bundles on one node. Logic: module_utils/adapter_release.py.
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ description:
     hash read from the manifest inside the running container) and can resolve O(release); it changes nothing.
   - Restarting the engine is not this module's job (playbooks/engine.yml).
 version_added: "1.0.0"
-author: sparkfleet
+author: sparkfleet contributors (!UNKNOWN)
 options:
   state:
     description: built, serving or query.

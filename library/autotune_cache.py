@@ -27,7 +27,7 @@ description:
     combine the results with the C(autotune_plan) filter, then run O(state=invalidated) with the plan's
     C(invalidate) list on every rank.
 version_added: "0.1.0"
-author: sparkfleet
+author: sparkfleet contributors (!UNKNOWN)
 options:
   root:
     description:
@@ -56,7 +56,7 @@ options:
     description:
       - The provenance the caller is about to run with. Every key of it must equal the recorded provenance
         for a cache to be compatible; C(flashinfer_version) and C(sm) are also checked against the key's path.
-        Without it RV(keys[].compatible) is null.
+        Without it the C(compatible) field of each RV(keys) entry is null.
     type: dict
   keys:
     description:

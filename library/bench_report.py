@@ -1,5 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright: sparkfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: Markdown report and PNG plots of a decode_bench run (controller side, matplotlib Agg)."""
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ description:
   - Files are written only when their content changes (temp file, fsync, rename), so a second run with
     the same input reports C(changed=false); check mode renders in memory and writes nothing.
 version_added: "0.1.0"
-author: sparkfleet
+author: sparkfleet contributors (!UNKNOWN)
 options:
   results:
     description: The candidate run, as the registered result of C(decode_bench) or the path of a JSON file holding it.
@@ -42,8 +44,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Check mode computes the report and its diff and writes nothing.
   diff_mode:
     support: partial
+    description: The diff covers C(report.md).
     details: The diff covers C(report.md); plots are reported by name only.
 requirements:
   - matplotlib (controller)

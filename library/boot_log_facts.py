@@ -15,10 +15,10 @@ description:
   - See M(boot_log_info) for the options and every returned key.
 version_added: "0.1.0"
 deprecated:
-  removed_in: "1.2.0"
+  removed_in: "2.0.0"
   why: The module is read-only and returns no ansible_facts; Ansible names such modules C(*_info).
   alternative: Use M(boot_log_info) (same options, same results).
-author: sparkfleet
+author: sparkfleet contributors (!UNKNOWN)
 options:
   path:
     description: Log file on the managed host. Mutually exclusive with O(content).

@@ -28,7 +28,7 @@ description:
     Ansible convention for read-only modules. C(boot_log_facts) is its deprecated alias (same code and
     results), kept for one release.
 version_added: "1.1.0"
-author: sparkfleet
+author: sparkfleet contributors (!UNKNOWN)
 options:
   path:
     description:

@@ -22,7 +22,7 @@ description:
     throughputs (cold reads, pages dropped before each pass).
   - A manifest that lists a file outside the checkpoint directory is refused before anything is read.
 version_added: "0.1.0"
-author: sparkfleet
+author: sparkfleet contributors (!UNKNOWN)
 options:
   state:
     description: C(built) returns a new manifest; C(verified) checks this node against O(manifest).

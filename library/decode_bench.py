@@ -1,5 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright: sparkfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: decode benchmark of the fleet's OpenAI API (thin layer over module_utils/decode_client)."""
 from __future__ import annotations
 
@@ -28,16 +30,10 @@ description:
     sends load in check mode. A real run also reports C(changed=false) because it changes no state.
   - docs/bench.md has the full definitions.
 version_added: "0.1.0"
-author: sparkfleet
+author: sparkfleet contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - engine_api
 options:
-  url:
-    description: Base URL of the head's API, e.g. C(http://10.213.0.11:8888).
-    type: str
-    required: true
-  api_key:
-    description: The API key (C(/state/api-key) on the head), sent as an C(Authorization) bearer token. Never logged.
-    type: str
-    required: false
   model:
     description: Model name to request; default the first one C(/v1/models) lists.
     type: str
@@ -97,9 +93,11 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Can run in check mode.
     details: Read-only preflight only; no load is sent and the result says C(skipped=true).
   diff_mode:
     support: none
+    description: Nothing changes, so there is no diff.
 notes:
   - Statistics of an invalid condition are withheld (C(stats=null)); the raw requests stay in C(requests).
 """
@@ -225,7 +223,7 @@ ARGUMENT_SPEC = dict(
     types=dict(type="list", elements="str", default=["prose", "code", "structured", "json"]),
     prompts=dict(type="dict"),
     concurrency=dict(type="list", elements="int", default=[1, 2, 4]),
-    max_tokens=dict(type="int", default=256),
+    max_tokens=dict(type="int", default=256, no_log=False),
     warmup=dict(type="int", default=2),
     reps=dict(type="int", default=5),
     temperature=dict(type="float", default=0.0),

@@ -22,7 +22,7 @@ description:
   - A start (create, recreate, start, restart) records how many log lines the container had, so O(wait_for) only
     looks at lines this boot wrote.
 version_added: "0.1.0"
-author: sparkfleet
+author: sparkfleet contributors (!UNKNOWN)
 options:
   name:
     description: Container name.

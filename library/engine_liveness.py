@@ -1,5 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright: sparkfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # sparkfleet: post-ready liveness of the serving engine (generated tokens advancing) and exact-answer smoke prompts.
 from __future__ import annotations
 
@@ -19,15 +21,10 @@ description:
     surrounding whitespace is ignored).
   - Fails with one message per problem (RV(problems)). Nothing is restarted - the caller keeps the logs and reports.
 version_added: "1.0.0"
-author: sparkfleet
+author: sparkfleet contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - engine_api
 options:
-  url:
-    description: Base URL of the head's OpenAI API, e.g. C(http://127.0.0.1:8888).
-    type: str
-    required: true
-  api_key:
-    description: API key sent as a bearer token. Never logged.
-    type: str
   api_key_file:
     description: File holding the API key (the head's C(/state/api-key) on the host); a missing or empty file means no key.
     type: path
@@ -125,8 +122,8 @@ def main() -> None:
             api_key_file=dict(type="path"),
             model=dict(type="str"),
             prompt=dict(type="str"),
-            max_tokens=dict(type="int", default=64),
-            min_tokens=dict(type="int", default=16),
+            max_tokens=dict(type="int", default=64, no_log=False),
+            min_tokens=dict(type="int", default=16, no_log=False),
             timeout_s=dict(type="float", default=120.0),
             stall_s=dict(type="float", default=30.0),
             smoke=dict(type="list", elements="dict", default=[]),

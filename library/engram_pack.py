@@ -1,5 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright: sparkfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # sparkfleet: pack one rank's Engram shards (docs/reference.md section 3). Logic: module_utils/engram_packer.py.
 from __future__ import annotations
 
@@ -25,28 +27,17 @@ description:
   - On a worker the checkpoint is only visible inside a container that mounts the C(dsv41-weights) docker
     volume. With O(checkpoint_volume) the same packer runs inside O(container_image) with that volume
     mounted read-only, like the recipe's C(./start.sh pack).
+  - O(dest) must exist, be a directory and not be a symlink into another volume.
 version_added: "1.0.0"
-author: sparkfleet
+author: sparkfleet contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - engram_rank
 options:
   checkpoint:
     description:
       - Directory holding C(model.safetensors.index.json) and the shards, on this host (direct mode).
       - Exactly one of O(checkpoint) and O(checkpoint_volume) is required.
     type: path
-  dest:
-    description:
-      - Engram directory of this rank (the one mounted at C(/engram) in the engine container). It must exist,
-        be a directory and not be a symlink into another volume.
-    type: path
-    required: true
-  rank:
-    description: This node's rank, C(0 <= rank < tp).
-    type: int
-    required: true
-  tp:
-    description: Tensor parallel size the shards are for (TP3 and TP4 shards can share O(dest)).
-    type: int
-    required: true
   layers:
     description: Engram layers to pack.
     type: list

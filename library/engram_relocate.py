@@ -1,5 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright: sparkfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # sparkfleet: move stale Engram shards to an archive volume. Logic: module_utils/engram_relocate.py.
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ description:
   - A failure in the middle of a run reports what the run already did (C(removed_sources), C(verified_copies),
     C(left), C(changed)); rerunning finishes the job without copying finished shards again.
 version_added: "1.0.0"
-author: sparkfleet
+author: sparkfleet contributors (!UNKNOWN)
 options:
   stale_paths:
     description: Files, or directories whose C(engram-l*-r*of*.bin) files are stale.

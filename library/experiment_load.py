@@ -1,5 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright: sparkfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # sparkfleet: load and check one experiment of the catalog (runs on the controller).
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ description:
     C(module_utils/experiments.py), and checks that every prerequisite is kept in the incumbent.
   - "Runs on the controller (C(delegate_to: localhost) or a localhost play); reads only."
 version_added: "1.0.0"
-author: sparkfleet
+author: sparkfleet contributors (!UNKNOWN)
 options:
   name:
     description: Experiment name (a file in O(catalog)). One of O(name) and O(file) is required.

@@ -7,230 +7,57 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: fleet_snapshot
-short_description: One read-only snapshot of a fleet host (memory, load, GPU clocks, boot target, containers, disks)
+short_description: Deprecated alias of fleet_snapshot_info (One read-only snapshot of a fleet host)
 description:
-  - Takes, in one call per host, what the fleet's runbook records before and after every change and what
-    drift detection compares with the desired state (docs/reference.md sections 6, 9 and 11).
-  - C(memory) reads C(/proc/meminfo) (MemTotal, MemFree, MemAvailable, Cached, CmaTotal, CmaFree, and whether
-    CmaFree exceeds CmaTotal, the Kexec HandOver tell) and the pressure stalls of C(/proc/pressure/memory)
-    when the kernel has them.
-  - C(load) reads C(/proc/loadavg) and the CPU count.
-  - C(gpu) runs C(nvidia-smi --query-gpu) and C(nvidia-smi -q -d CLOCK) for the name, driver, current and
-    maximum SM clock and the locked clock range of every GPU (null when no lock is in force).
-  - C(boot) reads the default systemd target, the display manager behind C(display-manager.service) and
-    whether it runs, and the loaded C(nvidia_drm) parameters (null where the module is not loaded).
-  - C(containers) lists every container (C(docker ps -a) and C(docker inspect)) with name, image, state,
-    labels, owner label and whether it is a serving container; C(serving) adds the serving containers'
-    environment, image, image id and mounts.
-  - C(disks) measures each named volume with statvfs (the nearest existing parent when the path does not
-    exist yet); C(files) hashes the given paths (sha256, mode, link target, text content up to a size);
-    C(units) reads C(systemctl is-enabled) and C(is-active) of the given units.
-  - A section that cannot be read is null and says why under C(errors); the module itself fails only on
-    bad options.
+  - The old name of M(fleet_snapshot_info), kept for one release. It runs the same code with the same options and
+    returns the same results (it never returned C(ansible_facts); a read-only module is named C(*_info)),
+    plus a deprecation warning.
+  - See M(fleet_snapshot_info) for the options and every returned key.
 version_added: "0.1.0"
-author: sparkfleet
-options:
-  gather:
-    description:
-      - Sections to take. C(all) takes every section.
-    type: list
-    elements: str
-    choices: [all, memory, load, gpu, boot, containers, serving, disks, files, units]
-    default: [all]
-  serving_names:
-    description: Container names that are serving containers.
-    type: list
-    elements: str
-    default: [dsv41-head, dsv41-worker]
-  serving_image:
-    description:
-      - The fleet's engine image (for example C(dsv41-3x-spark:local)). Any container started from it, by
-        reference or by image id, is a serving container too.
-    type: str
-    default: ""
-  owner_label:
-    description: Container label whose value is reported as the container's owner.
-    type: str
-    default: owner
-  volumes:
-    description:
-      - Volumes to measure, as name and path (for example C(engram) and C(archive)).
-    type: dict
-    default: {}
-  files:
-    description: Paths to describe (never followed when they are symbolic links).
-    type: list
-    elements: path
-    default: []
-  units:
-    description: Systemd units whose enablement and activity to read.
-    type: list
-    elements: str
-    default: []
-  content_max_bytes:
-    description: Return the text of a file in O(files) when it is at most this many bytes.
-    type: int
-    default: 65536
-  secret_env_keys:
-    description:
-      - Env keys whose values are secrets besides those that look secret (C(*_KEY), C(*_TOKEN), C(*_SECRET),
-        C(*PASSWORD*), C(API_KEY)); the playbooks pass C(sparkfleet_secret_env_keys).
-      - Their values are returned as C(********), wherever they appear in the snapshot; URLs lose C(user:pass@).
-    type: list
-    elements: str
-    default: []
+deprecated:
+  removed_in: "2.0.0"
+  why: The module is read-only and returns no ansible_facts; Ansible names such modules C(*_info).
+  alternative: Use M(fleet_snapshot_info) (same options, same results).
+author: sparkfleet contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - fleet_snapshot
 attributes:
   check_mode:
     support: full
-    description: The module only reads; check mode returns the same snapshot.
+    description: The module only reads; check mode returns the same result.
   diff_mode:
     support: none
     description: Nothing changes, so there is no diff.
-notes:
-  - Uses only the Python standard library on the host, plus the C(nvidia-smi), C(docker) and C(systemctl) commands.
 seealso:
-  - module: boot_log_info
+  - module: fleet_snapshot_info
 """
 
 EXAMPLES = r"""
-- name: Take a snapshot of every node before the change
-  fleet_snapshot:
-    serving_image: "{{ fleet_image }}"
-    volumes:
-      engram: "{{ fleet_engram_dir }}"
-      archive: "{{ fleet_archive_dir }}"
-  register: before
-
+# Before (deprecated):
 - name: Read only the GPU clocks and lock
   fleet_snapshot:
     gather: [gpu]
   register: clocks
 
-- name: Hash the clock-lock unit and read its state
-  fleet_snapshot:
-    gather: [files, units]
-    files: [/etc/systemd/system/nvidia-clock-lock.service]
-    units: [nvidia-clock-lock.service]
-  register: unit
-
-- name: Stop when the kernel shows the CMA tell of Kexec HandOver
-  ansible.builtin.assert:
-    that: not before.snapshot.memory.cma_free_exceeds_total
-    fail_msg: "{{ inventory_hostname }}: CmaFree > CmaTotal; boot with kho=off (docs/reference.md section 11)"
+# After: the same task with the new name.
+- name: Read only the GPU clocks and lock
+  fleet_snapshot_info:
+    gather: [gpu]
+  register: clocks
 """
 
 RETURN = r"""
 snapshot:
-  description: The snapshot; only the sections asked for are present.
+  description: The same results as M(fleet_snapshot_info); see its documentation for every key.
   returned: always
-  type: dict
-  contains:
-    host:
-      description: The host's name as it reports it.
-      type: str
-      sample: spark3
-    taken_at:
-      description: UTC time of the snapshot.
-      type: str
-      sample: "2026-11-29T10:01:02Z"
-    sections:
-      description: The sections taken.
-      type: list
-      elements: str
-      sample: [memory, gpu]
-    errors:
-      description: Per section that could not be read, why.
-      type: dict
-      sample: {"gpu": "gpu: cannot run nvidia-smi: [Errno 2] No such file or directory"}
-    memory:
-      description: Memory in kB and pressure stalls (pressure null without /proc/pressure/memory).
-      type: dict
-      sample: {"mem_total_kb": 127587400, "mem_free_kb": 121100000, "mem_available_kb": 122900000,
-               "cached_kb": 1702400, "cma_total_kb": 0, "cma_free_kb": 0, "cma_free_exceeds_total": false,
-               "pressure": {"some": {"avg10": 0.0, "avg60": 0.0, "avg300": 0.0, "total": 0},
-                            "full": {"avg10": 0.0, "avg60": 0.0, "avg300": 0.0, "total": 0}}}
-    load:
-      description: Load averages, runnable and total processes, CPU count.
-      type: dict
-      sample: {"load1": 0.5, "load5": 0.4, "load15": 0.3, "runnable": 1, "processes": 412, "cpus": 20}
-    gpu:
-      description: The first GPU's clocks and lock, the driver, and every GPU in C(gpus).
-      type: dict
-      sample: {"count": 1, "name": "NVIDIA GB10", "driver": "580.159.03", "sm_mhz": 208, "max_sm_mhz": 3003,
-               "locked": {"min_mhz": 0, "max_mhz": 2200}, "gpus": [{"index": 0, "bus_id": "00000000:01:00.0"}]}
-    boot:
-      description: Default target, display manager and loaded nvidia_drm parameters.
-      type: dict
-      sample: {"default_target": "graphical.target", "default_target_source": "link",
-               "display_manager": {"unit": "gdm.service", "active": "active"}, "nvidia_drm": null}
-    containers:
-      description: Every container, sorted by name.
-      type: list
-      elements: dict
-      sample: [{"name": "grafana", "id": "0123456789ab", "image": "grafana/grafana:11.2.0",
-                "image_id": "sha256:...", "state": "paused", "labels": {"owner": "zurih"}, "owner": "zurih",
-                "restart_policy": "unless-stopped", "serving": false}]
-    serving:
-      description: The fleet image's id and the serving containers with their env, image and mounts.
-      type: dict
-      sample: {"image": "dsv41-3x-spark:local", "image_id": "sha256:...",
-               "containers": [{"name": "dsv41-worker", "image": "dsv41-3x-spark:local", "state": "running",
-                               "env": {"NODE_RANK": "2", "TP_SIZE": "3"}, "mounts": []}]}
-    disks:
-      description: Per named volume, statvfs of the path (or its nearest existing parent).
-      type: dict
-      sample: {"engram": {"path": "/home/zurih/dsv41-3x-spark/engram", "exists": true, "measured_path":
-               "/home/zurih/dsv41-3x-spark/engram", "device": 45, "total_bytes": 268435456,
-               "free_bytes": 268369920, "available_bytes": 268369920, "used_percent": 0.0}}
-    files:
-      description: Per path, whether it exists, its type, mode, size, sha256, link target and small text content.
-      type: dict
-      sample: {"/etc/modprobe.d/zz-nvidia-drm-override.conf": {"exists": true, "type": "file", "mode": "0644",
-               "size": 52, "sha256": "9f2c...", "content": "# Ansible managed\noptions nvidia-drm modeset=1 fbdev=0\n"}}
-    units:
-      description: Per unit, the words C(systemctl is-enabled) and C(is-active) print.
-      type: dict
-      sample: {"nvidia-clock-lock.service": {"enabled": "enabled", "active": "active"}}
+  type: raw
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.fleet_snapshot import Request, SECTIONS, sections_from, take
+from ansible.module_utils.fleet_snapshot import run_module
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            gather=dict(type="list", elements="str", default=["all"], choices=["all", *SECTIONS]),
-            serving_names=dict(type="list", elements="str", default=["dsv41-head", "dsv41-worker"]),
-            serving_image=dict(type="str", default=""),
-            owner_label=dict(type="str", default="owner"),
-            volumes=dict(type="dict", default={}),
-            files=dict(type="list", elements="path", default=[]),
-            units=dict(type="list", elements="str", default=[]),
-            content_max_bytes=dict(type="int", default=65536),
-            secret_env_keys=dict(type="list", elements="str", default=[], no_log=False),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    bad = [name for name, path in p["volumes"].items() if not isinstance(path, str) or not path.startswith("/")]
-    if bad:
-        module.fail_json(msg=f"volumes must map names to absolute paths; not absolute: {', '.join(sorted(bad))}",
-                         volumes=p["volumes"])
-    if p["content_max_bytes"] < 0:
-        module.fail_json(msg=f"content_max_bytes must be 0 or more, not {p['content_max_bytes']}")
-
-    def run(argv: list) -> tuple:
-        # A missing tool raises OSError: that section then records the error instead of failing the module.
-        return module.run_command(argv, environ_update={"LC_ALL": "C"}, handle_exceptions=False,
-                                  expand_user_and_vars=False)
-
-    request = Request(
-        sections=sections_from(p["gather"]), serving_names=tuple(p["serving_names"]),
-        serving_image=p["serving_image"], owner_label=p["owner_label"],
-        volumes=tuple(sorted(p["volumes"].items())), files=tuple(p["files"]), units=tuple(p["units"]),
-        content_max_bytes=p["content_max_bytes"], secret_env_keys=tuple(p["secret_env_keys"]))
-    module.exit_json(changed=False, snapshot=take(run, request))
+    run_module("fleet_snapshot")
 
 
 if __name__ == "__main__":

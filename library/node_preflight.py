@@ -30,7 +30,7 @@ description:
   - The node's C(verdict) is the worst of C(start), C(fix first), C(reboot first), C(power cycle needed). The
     module does not fail on failed checks (the preflight role decides); it fails only on bad input.
 version_added: "0.1.0"
-author: sparkfleet
+author: sparkfleet contributors (!UNKNOWN)
 options:
   allowed_kernels:
     description: Kernel releases this node may run (C(uname -r) strings or globs). Must not be empty when C(kernel) is checked.

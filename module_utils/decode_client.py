@@ -155,6 +155,35 @@ class Endpoint:
             return None
 
 
+class EventStream:
+    """The JSON events of an OpenAI-style server-sent event stream (``data: {...}`` lines), each with the clock
+    reading taken when its line arrived. Iteration ends at ``data: [DONE]`` (then ``done`` is True) or at the end
+    of the body; a read timeout and a malformed event raise as they happen (OSError, ValueError)."""
+
+    def __init__(self, resp, clock: Callable[[], float] | None = None):
+        self.resp, self.clock, self.done = resp, clock or time.perf_counter, False
+
+    def __iter__(self):
+        while True:
+            line = self.resp.readline()
+            now = self.clock()
+            if not line:
+                return
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                self.done = True
+                return
+            yield now, json.loads(data)
+
+
+def delta_text(choice: dict) -> str:
+    """The text a streamed choice adds (reasoning and answer alike: both are generated tokens)."""
+    delta = choice.get("delta") or {}
+    return (delta.get("reasoning_content") or "") + (delta.get("content") or "")
+
+
 def preflight(cfg: BenchConfig) -> dict:
     """Read-only checks before any load: reachable, key accepted, model name, where load is reported.
 
@@ -315,7 +344,7 @@ def stream_request(ep: Endpoint, body: bytes, timeout: float, result: RequestRes
     """Send one streaming chat completion and fill ``result`` (times are time.perf_counter values)."""
     digest = hashlib.sha256()
     usage = None
-    done = False
+    stream = None
     conn = ep.connection(timeout)
     result.t_start = time.perf_counter()
     try:
@@ -326,18 +355,8 @@ def stream_request(ep: Endpoint, body: bytes, timeout: float, result: RequestRes
             detail = resp.read(300).decode("utf-8", "replace").strip()
             result.error = f"HTTP {resp.status}: {detail}"
             return
-        while True:
-            line = resp.readline()
-            now = time.perf_counter()
-            if not line:
-                break
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                done = True
-                break
-            event = json.loads(data)
+        stream = EventStream(resp)
+        for now, event in stream:
             if event.get("error"):
                 result.error = f"server error in stream: {json.dumps(event['error'])[:200]}"
                 return
@@ -345,8 +364,7 @@ def stream_request(ep: Endpoint, body: bytes, timeout: float, result: RequestRes
             if event.get("usage"):
                 usage = event["usage"]
             for choice in event.get("choices") or ():
-                delta = choice.get("delta") or {}
-                text = (delta.get("reasoning_content") or "") + (delta.get("content") or "")
+                text = delta_text(choice)
                 if text:
                     if result.t_first is None:
                         result.t_first = now
@@ -361,7 +379,7 @@ def stream_request(ep: Endpoint, body: bytes, timeout: float, result: RequestRes
     finally:
         result.t_end = time.perf_counter()
         conn.close()
-        _finish(result, usage, done, digest)
+        _finish(result, usage, stream is not None and stream.done, digest)
 
 
 def _finish(result: RequestResult, usage: dict | None, done: bool, digest) -> None:

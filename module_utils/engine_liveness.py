@@ -25,7 +25,7 @@ import time
 from typing import Callable, Optional
 from urllib.parse import urlsplit
 
-from ansible.module_utils.decode_client import Endpoint as _ClientEndpoint
+from ansible.module_utils.decode_client import Endpoint as _ClientEndpoint, EventStream, delta_text
 
 CHAT_PATH = "/v1/chat/completions"
 DEFAULT_PROMPT = ("Write a short story about a lighthouse keeper who finds a message in a bottle. Describe the "
@@ -75,25 +75,15 @@ def stream_progress(ep: Endpoint, model: Optional[str], prompt: str, max_tokens:
         if resp.status != 200:
             out["reason"] = f"HTTP {resp.status}: {resp.read(300).decode('utf-8', 'replace').strip()}"
             return out
-        while True:
-            line = resp.readline()     # raises socket.timeout after stall_s without a byte
-            now = clock() - started
-            if not line:
-                break
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                break
-            event = json.loads(data)
+        for now, event in EventStream(resp, clock):   # a read raises socket.timeout after stall_s without a byte
+            now -= started
             if event.get("error"):
                 out["reason"] = f"server error in the stream: {json.dumps(event['error'])[:200]}"
                 return out
             usage = event.get("usage") or {}
             text = ""
             for choice in event.get("choices") or ():
-                delta = choice.get("delta") or {}
-                text += (delta.get("reasoning_content") or "") + (delta.get("content") or "")
+                text += delta_text(choice)
                 out["finish_reason"] = choice.get("finish_reason") or out["finish_reason"]
             counted = usage.get("completion_tokens")
             if isinstance(counted, int) and (text or not event.get("choices")):

@@ -23,6 +23,8 @@ import stat
 from dataclasses import asdict, dataclass, field
 from typing import Callable, List, Optional
 
+from ansible.module_utils import file_io
+
 SHARD_RE = re.compile(r"^engram-l(\d+)-r(\d+)of(\d+)\.bin$")
 CHUNK = 8 * 1024 * 1024
 ARCHIVE_MARGIN = 16 * 1024 * 1024
@@ -86,25 +88,9 @@ def _existing_parent(path: str) -> str:
     return path
 
 
-def _hash_fd(fd: int) -> str:
-    digest = hashlib.sha256()
-    offset = 0
-    while True:
-        block = os.pread(fd, CHUNK, offset)
-        if not block:
-            break
-        digest.update(block)
-        os.posix_fadvise(fd, offset, len(block), os.POSIX_FADV_DONTNEED)
-        offset += len(block)
-    return digest.hexdigest()
-
-
 def sha256_file(path: str) -> str:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        return _hash_fd(fd)
-    finally:
-        os.close(fd)
+    """A shard's sha256, its pages dropped as they are read; a symlink is refused (OSError ELOOP)."""
+    return file_io.sha256_file(path, drop_cache=True, follow_symlinks=False)
 
 
 def find_stale(stale_paths: List[str], engram_dir: Optional[str], tp: Optional[int]) -> List[tuple]:
@@ -375,7 +361,7 @@ def _verify_copy(item: StaleFile, dirfd: int, source_sha: str) -> os.stat_result
         src_st = os.lstat(item.source)
         _refuse_same_file(src_st, arch_st, item.source, item.archive)
         _refuse_file(arch_st, item.archive, "archive copy")
-        archive_sha = _hash_fd(fd)
+        archive_sha = file_io.sha256_fd(fd, drop_cache=True)
     finally:
         os.close(fd)
     if arch_st.st_size != src_st.st_size or archive_sha != source_sha:

@@ -3,8 +3,9 @@
 ``write_atomic``: crash-safe replacement: a temporary file in the same directory, written and fsync'd,
 given its mode (and owner), renamed over the target, then the directory fsync'd so the rename survives
 a power cut. A failure removes the temporary file and leaves the old content in place.
-``sha256_file``: the sha256 of a file read in 1 MiB blocks. (Engram relocation and checkpoint
-verification hash with their own readers: they drop page cache and report progress as they go.)"""
+``sha256_file`` / ``sha256_fd``: the sha256 of a file read in 8 MiB blocks, optionally dropping each block from the
+page cache as it goes (on GB10 page cache is GPU memory) and refusing a symlink. (Checkpoint verification hashes
+with its own reader: it measures its throughput against a sequential read.)"""
 from __future__ import annotations
 
 import hashlib
@@ -45,9 +46,27 @@ def write_atomic(path: str, data: Union[bytes, str], mode: int = 0o644,
         fsync_dir(directory)
 
 
-def sha256_file(path: str) -> str:
+HASH_BLOCK = 8 * 1024 * 1024
+
+
+def sha256_fd(fd: int, drop_cache: bool = False) -> str:
+    """The sha256 of everything an open file holds, read from offset 0 (the file position is not moved)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
+    offset = 0
+    while True:
+        block = os.pread(fd, HASH_BLOCK, offset)
+        if not block:
+            break
+        digest.update(block)
+        if drop_cache:
+            os.posix_fadvise(fd, offset, len(block), os.POSIX_FADV_DONTNEED)
+        offset += len(block)
     return digest.hexdigest()
+
+
+def sha256_file(path: str, drop_cache: bool = False, follow_symlinks: bool = True) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW))
+    try:
+        return sha256_fd(fd, drop_cache)
+    finally:
+        os.close(fd)

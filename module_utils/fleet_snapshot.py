@@ -20,6 +20,7 @@ import stat
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.env_text import mask_tree, secret_values
 
 Runner = Callable[[list], tuple]
@@ -448,3 +449,48 @@ def sections_from(gather: Iterable) -> tuple:
     if "all" in gather:
         return SECTIONS
     return tuple(s for s in SECTIONS if s in gather)
+
+
+DEPRECATED_ALIASES = {"fleet_snapshot": ("fleet_snapshot_info", "2.0.0")}
+
+
+def run_module(name: str) -> None:
+    """The body of the fleet_snapshot_info module (and of its deprecated alias fleet_snapshot)."""
+    module = AnsibleModule(
+        argument_spec=dict(
+            gather=dict(type="list", elements="str", default=["all"], choices=["all", *SECTIONS]),
+            serving_names=dict(type="list", elements="str", default=["dsv41-head", "dsv41-worker"]),
+            serving_image=dict(type="str", default=""),
+            owner_label=dict(type="str", default="owner"),
+            volumes=dict(type="dict", default={}),
+            files=dict(type="list", elements="path", default=[]),
+            units=dict(type="list", elements="str", default=[]),
+            content_max_bytes=dict(type="int", default=65536),
+            secret_env_keys=dict(type="list", elements="str", default=[], no_log=False),
+        ),
+        supports_check_mode=True,
+    )
+    if name in DEPRECATED_ALIASES:
+        new, version = DEPRECATED_ALIASES[name]
+        module.deprecate(f"{name} is now called {new} (a read-only module returns no ansible_facts); "
+                         f"replace the module name, the options and results are the same.", version=version)
+    p = module.params
+    bad = [name for name, path in p["volumes"].items() if not isinstance(path, str) or not path.startswith("/")]
+    if bad:
+        module.fail_json(msg=f"volumes must map names to absolute paths; not absolute: {', '.join(sorted(bad))}",
+                         volumes=p["volumes"])
+    if p["content_max_bytes"] < 0:
+        module.fail_json(msg=f"content_max_bytes must be 0 or more, not {p['content_max_bytes']}")
+
+    def run(argv: list) -> tuple:
+        # A missing tool raises OSError: that section then records the error instead of failing the module.
+        return module.run_command(argv, environ_update={"LC_ALL": "C"}, handle_exceptions=False,
+                                  expand_user_and_vars=False)
+
+    request = Request(
+        sections=sections_from(p["gather"]), serving_names=tuple(p["serving_names"]),
+        serving_image=p["serving_image"], owner_label=p["owner_label"],
+        volumes=tuple(sorted(p["volumes"].items())), files=tuple(p["files"]), units=tuple(p["units"]),
+        content_max_bytes=p["content_max_bytes"], secret_env_keys=tuple(p["secret_env_keys"]))
+    module.exit_json(changed=False, snapshot=take(run, request))
+

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_log import LogNotText, parse_bytes, parse_file
 
-DEPRECATED_ALIASES = {"boot_log_facts": ("boot_log_info", "1.2.0")}
+DEPRECATED_ALIASES = {"boot_log_facts": ("boot_log_info", "2.0.0")}
 
 
 def run_module(name: str) -> None:

@@ -42,7 +42,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from env_text import mask_tree  # noqa: E402
 
 RECORDED_MODULES = {
-    "engram_pack", "engram_status", "boot_log_info", "boot_log_facts", "autotune_cache", "fleet_snapshot", "engine_container",
+    "engram_pack", "engram_status_info", "engram_status", "boot_log_info", "boot_log_facts", "autotune_cache",
+    "fleet_snapshot_info", "fleet_snapshot", "engine_container",
     "decode_bench", "bench_report", "node_preflight", "engine_liveness",
 }
 MAX_RESULT_CHARS = 200_000
@@ -145,7 +146,7 @@ class CallbackModule(CallbackBase):
                 continue
             host, res, module = item["host"], item["result"], item["module"]
             entry = summary.setdefault(host, {})
-            if module == "fleet_snapshot" and isinstance(res.get("snapshot"), dict):
+            if module in ("fleet_snapshot_info", "fleet_snapshot") and isinstance(res.get("snapshot"), dict):
                 snap = res["snapshot"]
                 serving = snap.get("serving") or {}
                 entry["serving"] = [{k: c.get(k) for k in ("name", "image", "image_id", "state", "env")}
@@ -153,7 +154,7 @@ class CallbackModule(CallbackBase):
                 entry["image_id"] = serving.get("image_id")
                 entry["memory"] = snap.get("memory")
                 entry["gpu"] = snap.get("gpu")
-            elif module == "engram_status" and "layers" in res:
+            elif module in ("engram_status_info", "engram_status") and "layers" in res:
                 entry["packed"] = {str(l.get("layer")): {"state": l.get("state"), "packed": l.get("packed")}
                                    for l in res["layers"]}
                 entry["all_packed"] = res.get("all_packed")

@@ -85,7 +85,7 @@ def test_relocates_packs_and_is_exact_and_idempotent(fresh_testbed, run_playbook
     for log in sorted(Path(run.run_dir, "boot-logs").glob("*.log")):
         packed += [line for line in log.read_text().splitlines() if "Exact nvme Engram" in line]
     assert len(packed) == 6 and all(line.endswith("packed=True") for line in packed), packed
-    statuses = [r for r in run.results(module="engram_status") if r["_event"] == "runner_on_ok"]
+    statuses = [r for r in run.results(module="engram_status_info") if r["_event"] == "runner_on_ok"]
     assert {r["_host"] for r in statuses if r.get("all_packed")} >= set(HOSTS)
 
     again = run_playbook("pack_engram.yml", extravars=RELOCATE)

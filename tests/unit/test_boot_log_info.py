@@ -106,7 +106,7 @@ def test_the_deprecated_alias_returns_the_same_results_and_a_deprecation(fixture
     assert deprecations == []
     old = run_module(ALIAS, args).result
     assert old == new
-    assert [msg for msg, version in deprecations if version == "1.2.0"] == [
+    assert [msg for msg, version in deprecations if version == "2.0.0"] == [
         "boot_log_facts is now called boot_log_info (a read-only module returns no ansible_facts); "
         "replace the module name, the options and results are the same."]
     assert "ansible_facts" not in new

@@ -17,7 +17,7 @@ from ansible.module_utils import engine_container as ec
 MODULE = load_module("engine_container")
 
 _spec = importlib.util.spec_from_file_location(
-    "sparkfleet_filter_engine_env", ROOT / "roles" / "engine_env" / "filter_plugins" / "engine_env.py")
+    "sparkfleet_filter_engine_env", ROOT / "plugins" / "filter" / "engine_env.py")
 envf = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(envf)
 

@@ -13,7 +13,7 @@ from testbed.engine import autotune as sim_autotune
 from testbed.engine import netib
 
 _spec = importlib.util.spec_from_file_location(
-    "sparkfleet_filter_engine_env_gid", ROOT / "roles" / "engine_env" / "filter_plugins" / "engine_env.py")
+    "sparkfleet_filter_engine_env_gid", ROOT / "plugins" / "filter" / "engine_env.py")
 envf = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(envf)
 

@@ -1,4 +1,4 @@
-"""engram_status: per-layer shard state on disk and the engine's packed= flags of the last boot."""
+"""engram_status_info (and its deprecated alias engram_status): per-layer shard state on disk and the engine's packed= flags of the last boot."""
 from __future__ import annotations
 
 import importlib.util
@@ -11,7 +11,8 @@ from ansible.module_utils.engram_packer import PackOptions, pack
 from tests.conftest import ROOT, load_module
 from tests.unit.module_harness import run_module
 
-engram_status = load_module("engram_status")
+engram_status = load_module("engram_status_info")
+ALIAS = load_module("engram_status")
 HOST = socket.gethostname()
 
 
@@ -140,3 +141,17 @@ def test_bad_input(packed, params, needle):
 def test_missing_dest(tmp_path):
     res = run_module(engram_status, {"dest": str(tmp_path / "nope"), "rank": 0, "tp": 3})
     assert res.failed and "does not exist on %s" % HOST in res.result["msg"]
+
+
+def test_the_deprecated_alias_returns_the_same_and_warns(packed, monkeypatch):
+    from ansible.module_utils import basic
+    deprecations = []
+    monkeypatch.setattr(basic.AnsibleModule, "deprecate",
+                        lambda self, msg, version=None, **kw: deprecations.append((msg, version)))
+    params = {"dest": str(packed), "rank": 1, "tp": 3, "log_content": boot(True, False)}
+    new = run_module(engram_status, params).result
+    assert deprecations == []
+    assert run_module(ALIAS, params).result == new
+    assert deprecations == [("engram_status is now called engram_status_info (a read-only module returns no "
+                             "ansible_facts); replace the module name, the options and results are the same.", "2.0.0")]
+    assert "ansible_facts" not in new

@@ -12,7 +12,7 @@ from ansible.module_utils import engine_container as ec
 from ansible.module_utils import env_text as et
 
 _spec = importlib.util.spec_from_file_location(
-    "sparkfleet_filter_engine_env_text", ROOT / "roles" / "engine_env" / "filter_plugins" / "engine_env.py")
+    "sparkfleet_filter_engine_env_text", ROOT / "plugins" / "filter" / "engine_env.py")
 envf = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(envf)
 

@@ -1,5 +1,5 @@
-"""library/fleet_snapshot and module_utils/fleet_snapshot: one read-only snapshot per host, with the host's
-files replaced by fixtures and its commands (nvidia-smi, docker, systemctl) by a table of canned answers."""
+"""library/fleet_snapshot_info (and its deprecated alias fleet_snapshot) and module_utils/fleet_snapshot: one
+read-only snapshot per host, with the host's files replaced by fixtures and its commands (nvidia-smi, docker, systemctl) by a table of canned answers."""
 from __future__ import annotations
 
 import hashlib
@@ -15,7 +15,8 @@ from ansible.module_utils import fleet_snapshot as fs
 from tests.conftest import load_module
 from tests.unit.module_harness import run_module
 
-MODULE = load_module("fleet_snapshot")
+MODULE = load_module("fleet_snapshot_info")
+ALIAS = load_module("fleet_snapshot")
 
 MEMINFO = """MemTotal:       127587400 kB
 MemFree:        120900000 kB
@@ -322,3 +323,18 @@ def test_serving_env_secrets_are_masked_everywhere_in_the_snapshot(paths, tmp_pa
     for secret in ("hf_live_abcd", "cred_xyz1", "s3cr3t", '"pw"'):
         assert secret not in text
     assert out["files"][str(env_file)]["content"] == "HF_TOKEN=********\nA=1\n"
+
+
+def test_the_deprecated_alias_returns_the_same_and_warns(module_host, monkeypatch):
+    deprecations = []
+    monkeypatch.setattr(basic.AnsibleModule, "deprecate",
+                        lambda self, msg, version=None, **kw: deprecations.append((msg, version)))
+    args = {"gather": ["gpu", "units"], "units": ["nvidia-clock-lock.service"]}
+    new = run_module(MODULE, args).result
+    assert deprecations == []
+    old = run_module(ALIAS, args).result
+    for result in (new, old):
+        result["snapshot"].pop("taken_at")
+    assert old == new
+    assert deprecations == [("fleet_snapshot is now called fleet_snapshot_info (a read-only module returns no "
+                             "ansible_facts); replace the module name, the options and results are the same.", "2.0.0")]

@@ -433,7 +433,7 @@ def test_module_sets_the_node_summary_as_a_fact_on_success_and_on_bad_input(modu
 
 def _filters():
     spec = importlib.util.spec_from_file_location("preflight_filters",
-                                                  ROOT / "roles/preflight/filter_plugins/preflight.py")
+                                                  ROOT / "plugins/filter/preflight.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -469,7 +469,7 @@ def test_parity_tie_goes_to_the_head_and_unread_hosts_are_not_differences():
 
 def test_package_holds_parse_keeps_installed_packages_and_their_holds():
     spec = importlib.util.spec_from_file_location("package_holds_filters",
-                                                  ROOT / "roles/package_holds/filter_plugins/package_holds.py")
+                                                  ROOT / "plugins/filter/package_holds.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     out = ("linux-image-7.0.0-1019-nvidia\t7.0.0-1019.19\thi \n"

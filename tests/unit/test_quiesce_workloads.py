@@ -1,35 +1,18 @@
-"""roles/quiesce: the quiesce_workloads module and its module_utils (sparkfleet_quiesce), against a small
+"""roles/quiesce: the quiesce_workloads module (library/) and its module_utils, against a small
 in-memory host whose docker and systemctl behave like the real CLIs at the interface the module uses."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 from unittest import mock
 
 import pytest
 
-import ansible.module_utils
 from ansible.module_utils import basic
+from ansible.module_utils import quiesce_workloads as q
+from tests.conftest import load_module
 from tests.unit.module_harness import run_module
 
-ROLE = Path(__file__).resolve().parents[2] / "roles" / "quiesce"
-if str(ROLE / "module_utils") not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(ROLE / "module_utils"))
-from ansible.module_utils import sparkfleet_quiesce as q  # noqa: E402
-
-
-def _load_module():
-    spec = importlib.util.spec_from_file_location("sparkfleet_role_quiesce_workloads",
-                                                  ROLE / "library" / "quiesce_workloads.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-MODULE = _load_module()
+MODULE = load_module("quiesce_workloads")
 
 
 class FakeHost:

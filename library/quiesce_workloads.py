@@ -18,7 +18,7 @@ description:
     container started from one of O(protected_images).
   - A listed name that is neither a container nor a unit on this host is a warning, not a failure.
 version_added: "0.1.0"
-author: sparkfleet
+author: sparkfleet contributors (!UNKNOWN)
 options:
   state:
     description: C(quiet) pauses or stops the listed workloads; C(restored) undoes what the record says.
@@ -150,7 +150,7 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sparkfleet_quiesce import (
+from ansible.module_utils.quiesce_workloads import (
     QuiesceError, apply, describe, image_ids, inventory_containers, normalize, parse_record, partial_record, plan,
     protected, render_record, service_state)
 

@@ -32,7 +32,7 @@ except ImportError:  # pragma: no cover - tests may import the plugin bare
         pass
 
 # Keys, values and env files follow module_utils/env_text (one place for the module, the snapshot and this role).
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "module_utils"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "module_utils"))
 from env_text import key_problem as _key_problem, mask_env, parse_env_file, value_problem as _value_problem  # noqa: E402,E501
 RANK_KEY = "NODE_RANK"
 # The RoCE v2 GID index and the HCA NCCL uses: per node, resolved at every start (docs/reference.md section 11).
