@@ -238,6 +238,10 @@ shards:
       description: Rows compared with the checkpoint.
       type: int
       sample: 1024
+    verify_seconds:
+      description: Time the verification took, included in RV(shards[].seconds) (null when not written).
+      type: float
+      sample: 0.4
 required_bytes:
   description: Bytes still to write for this rank before the run (missing shards plus the rest of partial ones).
   returned: always

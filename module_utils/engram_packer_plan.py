@@ -28,7 +28,7 @@ try:
         STATE_PARTIAL, STATE_VALID, WEIGHT_BYTES, WEIGHT_DTYPE, WEIGHT_TENSOR, check_rank, decode_header,
         header_problems, inspect_shard, packed_size, partial_name, progress_name, row_range)
     from ansible.module_utils.engram_packer_io import (
-        FADV_DONTNEED, GIB, PackError, fadvise, pread_exact, write_json_exclusive)
+        FADV_DONTNEED, FADV_RANDOM, GIB, PackError, fadvise, pread_exact, write_json_exclusive)
     from ansible.module_utils.engram_packer_verify import VERIFY_MODES, matching_rows
 except ImportError:  # stand-alone: the packer's files side by side (the container runs them)
     from safetensors_header import SafetensorsError, read_header, read_index  # type: ignore
@@ -37,7 +37,7 @@ except ImportError:  # stand-alone: the packer's files side by side (the contain
         STATE_PARTIAL, STATE_VALID, WEIGHT_BYTES, WEIGHT_DTYPE, WEIGHT_TENSOR, check_rank, decode_header,
         header_problems, inspect_shard, packed_size, partial_name, progress_name, row_range)
     from engram_packer_io import (  # type: ignore
-        FADV_DONTNEED, GIB, PackError, fadvise, pread_exact, write_json_exclusive)
+        FADV_DONTNEED, FADV_RANDOM, GIB, PackError, fadvise, pread_exact, write_json_exclusive)
     from engram_packer_verify import VERIFY_MODES, matching_rows  # type: ignore
 
 DEFAULT_LAYERS = (1, 14)
@@ -319,6 +319,7 @@ def _resumable_rows(plan: ShardPlan, source: LayerSource, chunk_rows: int) -> Tu
     except OSError as exc:
         return 0, False, "cannot open the partial (%s); restarting" % (exc.strerror or exc)
     try:
+        fadvise(pfd, 0, 0, FADV_RANDOM)  # no readahead into the cache: only what is compared is read
         size = os.fstat(pfd).st_size
         if size < HEADER_SIZE:
             return 0, False, "partial is shorter than its header; restarting"

@@ -4,8 +4,8 @@ check that decides how much of an interrupted partial a resume may keep.
 
 Both read the packed file back with ``preadv`` scattered into weight and scale buffers (the kernel
 de-interleaves), read the source like the writer does (``O_DIRECT``), and compare with ``memcmp``.
-``verify=sample`` reads 1024 single rows: their pages are all requested first (``WILLNEED``, so the
-device sees them together rather than one at a time), then compared and dropped.
+``verify=sample`` reads 1024 single rows: the pages of the next 32 are always requested ahead
+(``WILLNEED``, so the device sees them together rather than one at a time); each is dropped once compared.
 
 Standard library only.
 """
@@ -27,6 +27,7 @@ except ImportError:  # stand-alone: the packer's files side by side
                                   RowBuffer, SourceReader, drop_behind, drop_pages, fadvise, pread_exact)
 
 SAMPLE_ROWS = 1024  # rows compared with the source by verify=sample (first and last included)
+SAMPLE_WINDOW = 32  # sampled rows whose pages are requested ahead (at most ~3 x 32 pages cached at once)
 VERIFY_MODES = ("none", "sample", "full")
 
 
@@ -75,16 +76,22 @@ def _verify_sample(fd: int, path: str, plan, source) -> int:
     wfd = os.open(source.weight_path, os.O_RDONLY)
     sfd = os.open(source.scale_path, os.O_RDONLY)
     try:
-        for advice_fd in (fd, wfd, sfd):
+        for advice_fd in (wfd, sfd):
             fadvise(advice_fd, 0, 0, FADV_RANDOM)
         indices = sample_indices(plan.rows)
         where = [(HEADER_SIZE + i * ROW_BYTES, source.weight_offset + (plan.lo + i) * WEIGHT_BYTES,
                   source.scale_offset + (plan.lo + i) * SCALE_BYTES) for i in indices]
-        for off, woff, soff in where:  # every page asked for at once: the device reads them in parallel
-            fadvise(fd, off, ROW_BYTES, FADV_WILLNEED)
-            fadvise(wfd, woff, WEIGHT_BYTES, FADV_WILLNEED)
-            fadvise(sfd, soff, SCALE_BYTES, FADV_WILLNEED)
-        for i, (off, woff, soff) in zip(indices, where):
+        def prefetch(k: int) -> None:
+            if k < len(where):
+                off, woff, soff = where[k]
+                fadvise(fd, off, ROW_BYTES, FADV_WILLNEED)
+                fadvise(wfd, woff, WEIGHT_BYTES, FADV_WILLNEED)
+                fadvise(sfd, soff, SCALE_BYTES, FADV_WILLNEED)
+
+        for k in range(SAMPLE_WINDOW):
+            prefetch(k)
+        for k, (i, (off, woff, soff)) in enumerate(zip(indices, where)):
+            prefetch(k + SAMPLE_WINDOW)
             row = pread_exact(fd, ROW_BYTES, off, path)
             want = (pread_exact(wfd, WEIGHT_BYTES, woff, source.weight_path)
                     + pread_exact(sfd, SCALE_BYTES, soff, source.scale_path))
@@ -105,7 +112,6 @@ def _verify_full(fd: int, path: str, plan, source, chunk_rows: int) -> int:
     want, got = RowBuffer(step), RowBuffer(step)
     reader = source_reader(source)
     try:
-        fadvise(fd, 0, 0, FADV_RANDOM)  # our own reads only: no readahead past what is compared
         for start in range(0, plan.rows, step):
             rows = min(step, plan.rows - start)
             offset = HEADER_SIZE + start * ROW_BYTES
@@ -127,6 +133,8 @@ def verify_shard(path: str, plan, source, mode: str, chunk_rows: int) -> int:
     """Check header, size and rows (sampled or all) of the packed file at ``path``; returns rows compared."""
     fd = os.open(path, os.O_RDONLY)
     try:
+        # before the first read: a page read with readahead on carries a mark that restarts it later
+        fadvise(fd, 0, 0, FADV_RANDOM)
         size = os.fstat(fd).st_size
         if size != plan.size:
             raise PackError("%s is %d bytes after writing, expected %d." % (path, size, plan.size))

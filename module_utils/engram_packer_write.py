@@ -274,7 +274,9 @@ def pack_shard(plan: ShardPlan, source: LayerSource, opts: PackOptions, record: 
     record["partial_rows"] = plan.rows
     progress.update(plan.rows, force=True, state="verifying")
     try:
+        verify_started = time.monotonic()
         record["verified_rows"] = verify_shard(plan.partial_path, plan, source, opts.verify, opts.chunk_rows)
+        record["verify_seconds"] = round(time.monotonic() - verify_started, 3)
     except PackError as exc:
         rejected = plan.partial_path + ".rejected"
         os.replace(plan.partial_path, rejected)
