@@ -302,6 +302,45 @@ def measure_size(ckpt: str, dest: str, tmp: str, layer: int, rows: int, args) ->
     return summary
 
 
+def report(doc: dict, json_out) -> None:
+    """Print the table, the scaling and the checks of the sizes measured so far; write the JSON."""
+    checks = {}
+    print("\nmedian (min-max)     | plain MB/s | pattern MB/s | pack MB/s | pack/pattern | pack/plain | CPU s/GB "
+          "pack (user+sys) | pattern CPU | plain CPU | pack RSS MiB | cache chunks (src+out) | verify sample s/GB | "
+          "verify full s/GB")
+    for name, s in doc["sizes"].items():
+        print("%-20s | %s | %s | %s | %s | %s | %s (%.2f+%.2f) | %s | %s | %s | %s | %s | %s"
+              % (name, fmt(s["plain"]["mb_per_s"], digits=0), fmt(s["pattern"]["mb_per_s"], digits=0),
+                 fmt(s["pack"]["mb_per_s"], digits=0), fmt(s["ratio_pack_over_pattern"]),
+                 fmt(s["ratio_pack_over_plain"]), fmt(s["pack"]["cpu_s_per_gb"]),
+                 s["pack"]["user_s_per_gb"]["median"], s["pack"]["sys_s_per_gb"]["median"],
+                 fmt(s["pattern"]["cpu_s_per_gb"]), fmt(s["plain"]["cpu_s_per_gb"]), fmt(s["pack"]["maxrss_mib"], digits=1),
+                 fmt(s["pack"]["total_cache_chunks"]), fmt(s["verify_sample_s_per_gb"], digits=3),
+                 fmt(s["verify_full_s_per_gb"]) if s["verify_full_s_per_gb"] else "-"))
+        checks["%s pack/pattern >= 0.90" % name] = s["ratio_pack_over_pattern"]["median"] >= 0.90
+        checks["%s pack/plain >= 1.0" % name] = s["ratio_pack_over_plain"]["median"] >= 1.0
+        checks["%s CPU <= 0.7 s/GB" % name] = s["pack"]["cpu_s_per_gb"]["median"] <= 0.7
+        checks["%s RSS <= 64 MiB" % name] = s["pack"]["maxrss_mib"]["max"] <= 64
+        checks["%s cache <= 2 chunks" % name] = s["pack"]["total_cache_chunks"]["max"] <= 2.0
+    if len(doc["sizes"]) == 2:
+        small, large = doc["sizes"].values()
+        doc["scaling"] = {
+            "s_per_gb_large_over_small": round(large["pack"]["s_per_gb"]["median"] / small["pack"]["s_per_gb"]["median"], 3),
+            "cpu_per_gb_large_over_small": round(large["pack"]["cpu_s_per_gb"]["median"]
+                                                 / small["pack"]["cpu_s_per_gb"]["median"], 3),
+            "rss_mib_large_minus_small": round(large["pack"]["maxrss_mib"]["median"]
+                                               - small["pack"]["maxrss_mib"]["median"], 1)}
+        print("scaling (larger/smaller size): time per GB x%.3f, CPU per GB x%.3f, RSS %+.1f MiB"
+              % (doc["scaling"]["s_per_gb_large_over_small"], doc["scaling"]["cpu_per_gb_large_over_small"],
+                 doc["scaling"]["rss_mib_large_minus_small"]))
+    doc["checks"] = checks
+    print("checks: " + ", ".join("%s %s" % (k, "PASS" if v else "FAIL") for k, v in checks.items()), flush=True)
+    if json_out:
+        with open(json_out, "w") as handle:
+            handle.write(json.dumps(doc, indent=2) + "\n")
+        print("JSON written to %s" % json_out, flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", default="/var/tmp/sparkfleet-pack-bench")
@@ -340,46 +379,10 @@ def main() -> int:
            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sizes": {}}
     for layer, n in rows.items():
         doc["sizes"]["%.2f GiB" % ((HEADER_SIZE + n * ROW_BYTES) / GIB)] = measure_size(ckpt, dest, tmp, layer, n, args)
-
-    checks = {}
-    print("\nmedian (min-max)     | plain MB/s | pattern MB/s | pack MB/s | pack/pattern | pack/plain | CPU s/GB "
-          "pack (user+sys) | pattern CPU | plain CPU | pack RSS MiB | cache chunks (src+out) | verify sample s/GB | "
-          "verify full s/GB")
-    for name, s in doc["sizes"].items():
-        print("%-20s | %s | %s | %s | %s | %s | %s (%.2f+%.2f) | %s | %s | %s | %s | %s | %s"
-              % (name, fmt(s["plain"]["mb_per_s"], digits=0), fmt(s["pattern"]["mb_per_s"], digits=0),
-                 fmt(s["pack"]["mb_per_s"], digits=0), fmt(s["ratio_pack_over_pattern"]),
-                 fmt(s["ratio_pack_over_plain"]), fmt(s["pack"]["cpu_s_per_gb"]),
-                 s["pack"]["user_s_per_gb"]["median"], s["pack"]["sys_s_per_gb"]["median"],
-                 fmt(s["pattern"]["cpu_s_per_gb"]), fmt(s["plain"]["cpu_s_per_gb"]), fmt(s["pack"]["maxrss_mib"], digits=1),
-                 fmt(s["pack"]["total_cache_chunks"]), fmt(s["verify_sample_s_per_gb"], digits=3),
-                 fmt(s["verify_full_s_per_gb"]) if s["verify_full_s_per_gb"] else "-"))
-        checks["%s pack/pattern >= 0.90" % name] = s["ratio_pack_over_pattern"]["median"] >= 0.90
-        checks["%s pack/plain >= 1.0" % name] = s["ratio_pack_over_plain"]["median"] >= 1.0
-        checks["%s CPU <= 0.7 s/GB" % name] = s["pack"]["cpu_s_per_gb"]["median"] <= 0.7
-        checks["%s RSS <= 64 MiB" % name] = s["pack"]["maxrss_mib"]["max"] <= 64
-        checks["%s cache <= 2 chunks" % name] = s["pack"]["total_cache_chunks"]["max"] <= 2.0
-    if len(doc["sizes"]) == 2:
-        small, large = doc["sizes"].values()
-        doc["scaling"] = {
-            "s_per_gb_large_over_small": round(large["pack"]["s_per_gb"]["median"] / small["pack"]["s_per_gb"]["median"], 3),
-            "cpu_per_gb_large_over_small": round(large["pack"]["cpu_s_per_gb"]["median"]
-                                                 / small["pack"]["cpu_s_per_gb"]["median"], 3),
-            "rss_mib_large_minus_small": round(large["pack"]["maxrss_mib"]["median"]
-                                               - small["pack"]["maxrss_mib"]["median"], 1)}
-        print("scaling (larger/smaller size): time per GB x%.3f, CPU per GB x%.3f, RSS %+.1f MiB"
-              % (doc["scaling"]["s_per_gb_large_over_small"], doc["scaling"]["cpu_per_gb_large_over_small"],
-                 doc["scaling"]["rss_mib_large_minus_small"]))
-    doc["checks"] = checks
-    print("checks: " + ", ".join("%s %s" % (k, "PASS" if v else "FAIL") for k, v in checks.items()))
-    text = json.dumps(doc, indent=2)
-    if args.json_out:
-        with open(args.json_out, "w") as handle:
-            handle.write(text + "\n")
-        print("JSON written to %s" % args.json_out)
+        report(doc, args.json_out)  # after each size: a run cut short keeps what it measured
     if not args.keep:
         shutil.rmtree(args.workdir, ignore_errors=True)
-    return 0 if all(checks.values()) else 1
+    return 0 if all(doc["checks"].values()) else 1
 
 
 if __name__ == "__main__":
