@@ -347,6 +347,7 @@ def main() -> int:
     parser.add_argument("--sizes", default="2,4", help="output sizes in GiB, comma separated (at most two)")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--verify-repeat", type=int, default=3, help="packs with verify=full per size")
+    parser.add_argument("--only", type=float, default=None, help="measure only this one of --sizes (same checkpoint)")
     parser.add_argument("--chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS)
     parser.add_argument("--json-out", default=None)
     parser.add_argument("--keep", action="store_true", help="keep the synthetic checkpoint for the next run")
@@ -378,6 +379,8 @@ def main() -> int:
            "verify_repeat": args.verify_repeat, "cpus": os.cpu_count(), "workdir": args.workdir,
            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sizes": {}}
     for layer, n in rows.items():
+        if args.only is not None and abs(n - args.only * ROWS_PER_GIB) > 1:
+            continue
         doc["sizes"]["%.2f GiB" % ((HEADER_SIZE + n * ROW_BYTES) / GIB)] = measure_size(ckpt, dest, tmp, layer, n, args)
         report(doc, args.json_out)  # after each size: a run cut short keeps what it measured
     if not args.keep:

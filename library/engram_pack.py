@@ -58,8 +58,8 @@ options:
     default: 1073741824
   chunk_rows:
     description:
-      - Rows per streamed chunk (264 bytes each). Memory is about 2 x chunk x 264 bytes plus a fixed part;
-        the page cache holds about one chunk of the destination and half a chunk of the source.
+      - Rows per streamed chunk (264 bytes each). Memory is about 3 x chunk x 264 bytes plus a fixed part;
+        the page cache holds about one chunk of the destination and none of the source (read with O_DIRECT).
       - Raise it (e.g. 65536) when the checkpoint is read over NFS.
     type: int
     default: 16384

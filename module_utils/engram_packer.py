@@ -23,7 +23,7 @@ each shard, report) and the command line:
 How a shard is written (docs/reference.md sections 3 and 11):
 - every number comes from the checkpoint headers (N per layer); rank r of tp owns [N*r//tp, N*(r+1)//tp);
 - refuse when the bytes still to write plus a margin exceed the space an unprivileged writer has;
-- rows stream in chunks through two fixed buffers; the source is read O_DIRECT (never cached), the
+- rows stream in chunks through three fixed buffers; the source is read O_DIRECT (never cached), the
   kernel interleaves weights and scales as it writes; one chunk of writeback in flight, each chunk dropped
   from the page cache once on disk;
 - ``.partial`` -> verify (header, size, sampled or all rows against the source) -> fsync -> rename to

@@ -42,7 +42,7 @@ except ImportError:  # stand-alone: the packer's files side by side (the contain
 
 DEFAULT_LAYERS = (1, 14)
 DEFAULT_MARGIN_BYTES = GIB
-DEFAULT_CHUNK_ROWS = 16384  # 4.1 MiB of packed rows per chunk; two chunks in flight
+DEFAULT_CHUNK_ROWS = 16384  # 4.1 MiB of packed rows per chunk; three chunk buffers
 MAX_CHUNK_ROWS = 65536  # 17 MiB per chunk
 PROGRESS_INTERVAL_S = 1.0
 

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """Writing one Engram shard: the partial, the streaming pipeline, progress, and publication.
 
-Rows stream in chunks through two fixed buffers (memory does not grow with the shard). The reading
+Rows stream in chunks through three fixed buffers (memory does not grow with the shard). The reading
 thread fills a buffer with the chunk's weight and scale rows (``O_DIRECT``, see engram_packer_io); a
 writer thread gathers them into packed rows with ``pwritev``, starts their writeback
 (``sync_file_range``), then, before writing the next chunk, waits for this one to be on disk and drops it
@@ -41,6 +41,10 @@ except ImportError:  # stand-alone: the packer's files side by side
         LayerSource, PackOptions, ShardPlan, source_record_path, write_source_record)
     from engram_packer_verify import source_reader, verify_shard  # type: ignore
 
+# Chunk buffers: the writer holds one while it waits for the previous chunk's writeback, the reader fills
+# the others, so a late wake-up of either thread (a loaded CPU) does not leave the disk idle. The source is
+# read O_DIRECT, so a buffer read ahead costs memory (4.3 MiB), not page cache.
+BUFFERS = 3
 RECORD_INTERVAL_S = 0.1  # how often the partial's source record (the chunks on disk) is rewritten
 
 
@@ -151,7 +155,7 @@ class _Writer(threading.Thread):
 def _stream(plan: ShardPlan, source: LayerSource, opts: PackOptions, pfd: int, progress: _Progress) -> List[list]:
     """Write rows [resume_rows, rows) of the partial; returns the record of every chunk it holds on disk."""
     chunk_rows = min(opts.chunk_rows, max(plan.rows, 1))
-    buffers = [RowBuffer(chunk_rows) for _ in range(2)]
+    buffers = [RowBuffer(chunk_rows) for _ in range(BUFFERS)]
     reader = source_reader(source)
     chunks = list(plan.resume_chunks)
     last_record = [0.0]
