@@ -314,7 +314,8 @@ def report(doc: dict, json_out) -> None:
                  fmt(s["pack"]["mb_per_s"], digits=0), fmt(s["ratio_pack_over_pattern"]),
                  fmt(s["ratio_pack_over_plain"]), fmt(s["pack"]["cpu_s_per_gb"]),
                  s["pack"]["user_s_per_gb"]["median"], s["pack"]["sys_s_per_gb"]["median"],
-                 fmt(s["pattern"]["cpu_s_per_gb"]), fmt(s["plain"]["cpu_s_per_gb"]), fmt(s["pack"]["maxrss_mib"], digits=1),
+                 fmt(s["pattern"]["cpu_s_per_gb"]), fmt(s["plain"]["cpu_s_per_gb"]),
+                 fmt(s["pack"]["maxrss_mib"], digits=1),
                  fmt(s["pack"]["total_cache_chunks"]), fmt(s["verify_sample_s_per_gb"], digits=3),
                  fmt(s["verify_full_s_per_gb"]) if s["verify_full_s_per_gb"] else "-"))
         checks["%s pack/pattern >= 0.90" % name] = s["ratio_pack_over_pattern"]["median"] >= 0.90
@@ -325,7 +326,8 @@ def report(doc: dict, json_out) -> None:
     if len(doc["sizes"]) == 2:
         small, large = doc["sizes"].values()
         doc["scaling"] = {
-            "s_per_gb_large_over_small": round(large["pack"]["s_per_gb"]["median"] / small["pack"]["s_per_gb"]["median"], 3),
+            "s_per_gb_large_over_small": round(large["pack"]["s_per_gb"]["median"]
+                                               / small["pack"]["s_per_gb"]["median"], 3),
             "cpu_per_gb_large_over_small": round(large["pack"]["cpu_s_per_gb"]["median"]
                                                  / small["pack"]["cpu_s_per_gb"]["median"], 3),
             "rss_mib_large_minus_small": round(large["pack"]["maxrss_mib"]["median"]

@@ -95,7 +95,8 @@ def _record(plan: ShardPlan, opts: PackOptions) -> dict:
             "bytes": plan.size, "state_before": plan.state_before, "reason_before": plan.reason_before,
             "state_after": after, "action": plan.action, "resume_rows": plan.resume_rows,
             "required_bytes": plan.required_bytes, "written_bytes": 0, "seconds": None, "mb_per_s": None,
-            "verify": opts.verify if plan.action not in ("skip", "refuse") else "none", "verified_rows": 0, "verify_seconds": None,
+            "verify": opts.verify if plan.action not in ("skip", "refuse") else "none", "verified_rows": 0,
+            "verify_seconds": None,
             "partial_rows": plan.resume_rows if plan.state_before == STATE_PARTIAL else 0}
 
 
