@@ -1,24 +1,30 @@
 #!/usr/bin/env python3
-"""Engram packing benchmark: throughput against a plain copy, peak RSS, page cache growth.
+"""Engram packing benchmark: the packer against two copies of the same bytes, in the same run.
 
-For a synthetic checkpoint whose layer-1 shard packs to at least 2 GiB (tp 1, rank 0), each repetition
-runs, on the same filesystem and with the source evicted from the page cache before each step:
+For each output size (default 2 and 4 GiB: layers 1 and 14 of one synthetic checkpoint, tp 1, rank 0)
+it runs, ``--repeat`` times (default 5) and in rotating order (plain, pattern, pack; then pattern, pack,
+plain; ...), with the source evicted from the page cache and the outputs removed before each step:
 
-1. the reference: a same-size sequential copy of the source shard (8 MiB read/write, one fsync at the end),
-   timed as a subprocess like the packer;
-2. the packer, as its command line in a subprocess (``engram_packer.py --json``, verify=sample), with a
-   sampler in this process that reads, every 20 ms, ``Cached + Buffers`` from /proc/meminfo (system wide,
-   noisy when other work runs) and, precisely, how many pages of the source shard and of the packed file are
-   resident in the page cache (``mincore(2)`` on a PROT_READ mapping, which faults nothing in), and the
-   packer's VmRSS; the packer's peak RSS comes from ``wait4``'s ``ru_maxrss``.
+- ``plain``: a sequential copy of as many bytes of the source shard, 8 MiB reads and writes, one fsync at
+  the end (what ``cp`` + ``sync`` costs);
+- ``pattern``: the same copy with the packer's own write pattern: chunks of ``chunk_rows * 264`` bytes,
+  ``sync_file_range`` writeback started per chunk, the previous chunk waited for and dropped from the
+  page cache (``POSIX_FADV_DONTNEED``), an fdatasync at the end;
+- ``pack``: the packer's command line (``engram_packer.py --json``, default ``verify=sample``).
 
-Each repetition runs copy, pack, pack, copy (ABBA, so drift in the disk's speed hits both alike); its
-ratio is copy time / pack time for the same bytes. It prints one line per repetition, a summary and a
-JSON document (``--json-out`` writes it to a file). Exit 1 when a threshold is missed: median throughput
-ratio >= 0.90, peak RSS <= 128 MiB, page cache held by the packer's files <= 2 chunks.
+Every step runs under a small exec'd launcher (a bare ``python3 -I -S`` that forks, execs the step and
+``wait4``s it), so peak RSS (``ru_maxrss``) and CPU (user, system) are the step's alone, not this
+process's. A sampler thread reads, every 50 ms, how many pages of the source shard and of the output
+(``.partial``, ``.bin`` or the copy) are in the page cache (``mincore(2)`` on a read-only mapping, which
+faults nothing in). After the repetitions, ``--verify-repeat`` packs with ``verify=full`` give the cost of
+full verification (the packer reports ``verify_seconds`` per shard; sampled verification's comes from
+the main packs). It prints medians with min-max and the per-repetition ratios, writes JSON
+(``--json-out``), and exits 1 when a target of issue 24 is missed (medians): throughput >= 0.90 of the
+pattern copy and >= 1.0 of the plain copy, CPU <= 0.7 s per GB written, peak RSS <= 64 MiB, page cache
+held by source + output <= 2 chunks at any sample.
 
-    .venv/bin/python benchmarks/pack_bench.py [--workdir /tmp/sparkfleet-pack-bench] [--rows 8200000]
-        [--repeat 3] [--chunk-rows 16384] [--keep]
+    .venv/bin/python benchmarks/pack_bench.py [--sizes 2,4] [--repeat 5] [--verify-repeat 3]
+        [--chunk-rows 16384] [--workdir /var/tmp/sparkfleet-pack-bench] [--keep] [--json-out FILE]
 """
 from __future__ import annotations
 
@@ -44,7 +50,77 @@ from engram_packer import DEFAULT_CHUNK_ROWS  # noqa: E402
 
 PACKER = os.path.join(ROOT, "module_utils", "engram_packer.py")
 MIB = 1 << 20
+GIB = 1 << 30
 PAGE = mmap.PAGESIZE
+ROWS_PER_GIB = (GIB - HEADER_SIZE) // ROW_BYTES
+LAYERS = (1, 14)  # the checkpoint's two Engram layers carry the two sizes
+
+# The launcher: holds nothing, forks and execs the step, waits for it and prints its rusage as JSON.
+LAUNCHER = r"""
+import json, os, sys, time
+t = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execv(sys.argv[2], sys.argv[2:])
+    finally:
+        os._exit(127)
+_, status, ru = os.wait4(pid, 0)
+doc = {"rc": os.waitstatus_to_exitcode(status), "wall_s": time.perf_counter() - t, "user_s": ru.ru_utime,
+       "sys_s": ru.ru_stime, "maxrss_bytes": ru.ru_maxrss * 1024}
+with open(sys.argv[1], "w") as handle:
+    json.dump(doc, handle)
+"""
+
+# The two reference copies, run as their own Python processes like the packer.
+PLAIN_COPY = r"""
+import os, sys
+src, out, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+fi = os.open(src, os.O_RDONLY)
+fo = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+buf = bytearray(8 << 20)
+view = memoryview(buf)
+done = 0
+while done < n:
+    got = os.readv(fi, [view[:min(len(buf), n - done)]])
+    if got <= 0:
+        sys.exit("source too short")
+    os.write(fo, view[:got])
+    done += got
+os.fsync(fo)
+os.close(fo)
+os.close(fi)
+"""
+
+PATTERN_COPY = r"""
+import ctypes, os, sys
+src, out, n, chunk = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+libc = ctypes.CDLL(None, use_errno=True)
+sfr = libc.sync_file_range
+sfr.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+WAIT_BEFORE, WRITE, WAIT_AFTER = 1, 2, 4
+fi = os.open(src, os.O_RDONLY)
+fo = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+buf = bytearray(chunk)
+view = memoryview(buf)
+done, pending = 0, None
+while done < n:
+    got = os.preadv(fi, [view[:min(chunk, n - done)]], done)
+    if got <= 0:
+        sys.exit("source too short")
+    os.pwrite(fo, view[:got], done)
+    sfr(fo, done, got, WRITE)
+    if pending is not None:
+        sfr(fo, pending[0], pending[1], WAIT_BEFORE | WRITE | WAIT_AFTER)
+        os.posix_fadvise(fo, max(0, pending[0] + pending[1] - (64 << 20)), 0, os.POSIX_FADV_DONTNEED)
+    pending = (done, got)
+    done += got
+sfr(fo, pending[0], pending[1], WAIT_BEFORE | WRITE | WAIT_AFTER)
+os.fdatasync(fo)
+os.posix_fadvise(fo, 0, 0, os.POSIX_FADV_DONTNEED)
+os.close(fo)
+os.close(fi)
+"""
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -55,7 +131,7 @@ _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
 def resident_bytes(path: str) -> int:
-    """Bytes of ``path`` in the page cache right now (0 if it does not exist)."""
+    """Bytes of ``path`` in the page cache right now, by mincore(2) (0 if it does not exist)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -72,214 +148,246 @@ def resident_bytes(path: str) -> int:
             vec = (ctypes.c_ubyte * pages)()
             if _libc.mincore(addr, size, vec) != 0:
                 return 0
-            raw = bytes(vec)
-            return (pages - raw.count(0)) * PAGE
+            return (pages - bytes(vec).count(0)) * PAGE
         finally:
             _libc.munmap(addr, size)
     finally:
         os.close(fd)
 
 
-def meminfo_cached() -> int:
-    values = {}
-    with open("/proc/meminfo") as handle:
-        for line in handle:
-            key, _, rest = line.partition(":")
-            if key in ("Cached", "Buffers"):
-                values[key] = int(rest.split()[0]) * 1024
-    return values.get("Cached", 0) + values.get("Buffers", 0)
-
-
-def vm_rss(pid: int) -> int:
-    try:
-        with open("/proc/%d/status" % pid) as handle:
-            for line in handle:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 def evict(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    if os.path.exists(path):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
-class Sampler(threading.Thread):
-    def __init__(self, paths, pid=None, interval=0.02):
+class Residency(threading.Thread):
+    """Samples the page-cache residency of a source and of the output names, every ``interval`` s."""
+
+    def __init__(self, source: str, outputs, interval: float = 0.05):
         super().__init__(daemon=True)
-        self.paths, self.pid, self.interval = paths, pid, interval
+        self.source, self.outputs, self.interval = source, outputs, interval
         self.stop = threading.Event()
-        self.base_cached = meminfo_cached()
-        self.max_cached_delta = 0
-        self.max_resident = 0
-        self.max_rss = 0
+        self.max_source = self.max_output = self.max_total = 0
         self.samples = 0
 
     def run(self):
         while not self.stop.is_set():
-            self.max_cached_delta = max(self.max_cached_delta, meminfo_cached() - self.base_cached)
-            self.max_resident = max(self.max_resident, sum(resident_bytes(p) for p in self.paths))
-            if self.pid:
-                self.max_rss = max(self.max_rss, vm_rss(self.pid))
+            src = resident_bytes(self.source)
+            out = sum(resident_bytes(p) for p in self.outputs)
+            self.max_source, self.max_output = max(self.max_source, src), max(self.max_output, out)
+            self.max_total = max(self.max_total, src + out)
             self.samples += 1
             self.stop.wait(self.interval)
 
 
-def run_copy(src: str, out: str, nbytes: int) -> dict:
-    """Same-size sequential copy with one fsync at the end, timed in a subprocess like the packer."""
-    evict(src)
-    code = ("import os,sys,time\n"
-            "src,out,n=sys.argv[1],sys.argv[2],int(sys.argv[3])\n"
-            "t=time.perf_counter()\n"
-            "fi=os.open(src,os.O_RDONLY);fo=os.open(out,os.O_WRONLY|os.O_CREAT|os.O_TRUNC,0o644)\n"
-            "left=n\n"
-            "while left:\n"
-            "    b=os.read(fi,min(8<<20,left));os.write(fo,b);left-=len(b)\n"
-            "os.fsync(fo);os.close(fo);os.close(fi)\n"
-            "print(time.perf_counter()-t)\n")
-    started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", code, src, out, str(nbytes)], stdout=subprocess.PIPE)
-    sampler = Sampler([src, out], proc.pid)  # the control: what a plain copy leaves in the page cache
+def launch(argv, source: str, outputs, tmp: str) -> dict:
+    """Run ``argv`` under the launcher while sampling residency; returns the launcher's figures."""
+    report = os.path.join(tmp, "launcher.json")
+    sampler = Residency(source, outputs)
+    load = os.getloadavg()[0]
     sampler.start()
-    stdout, _ = proc.communicate()
-    wall = time.perf_counter() - started
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", LAUNCHER, report] + list(argv),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     sampler.stop.set()
     sampler.join()
     if proc.returncode != 0:
-        raise SystemExit("copy failed")
-    evict(out)
-    os.unlink(out)
-    return {"seconds": wall, "inner_seconds": float(stdout.decode().strip()), "mb_per_s": nbytes / wall / 1e6,
-            "file_cache_bytes": sampler.max_resident, "meminfo_cached_delta_bytes": sampler.max_cached_delta}
+        raise SystemExit("launcher failed: %s" % proc.stderr.decode()[-2000:])
+    with open(report) as handle:
+        doc = json.load(handle)
+    os.unlink(report)
+    if doc["rc"] != 0:
+        raise SystemExit("%s failed (rc %d): %s" % (argv[1], doc["rc"], proc.stderr.decode()[-2000:]))
+    doc.update(stdout=proc.stdout.decode(), load1=load, source_cache_bytes=sampler.max_source,
+               output_cache_bytes=sampler.max_output, total_cache_bytes=sampler.max_total, samples=sampler.samples)
+    return doc
 
 
-def run_pack(ckpt: str, dest: str, src: str, chunk_rows: int, extra) -> dict:
-    evict(src)
+def clean(dest: str) -> None:
     for name in os.listdir(dest):
         os.unlink(os.path.join(dest, name))
-    argv = [sys.executable, PACKER, "--checkpoint", ckpt, "--dest", dest, "--rank", "0", "--tp", "1",
-            "--layers", "1", "--margin-bytes", "0", "--chunk-rows", str(chunk_rows), "--json"] + list(extra)
-    paths = [src, os.path.join(dest, "engram-l1-r0of1.partial"), os.path.join(dest, "engram-l1-r0of1.bin")]
-    started = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    sampler = Sampler(paths, proc.pid)
-    sampler.start()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    sampler.stop.set()
-    sampler.join()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    out = proc.stdout.read().decode()
-    err = proc.stderr.read().decode()
-    result = json.loads(out.strip().splitlines()[-1])
-    if result.get("failed"):
-        raise SystemExit("packer failed: %s\n%s" % (result.get("msg"), err))
-    shard = result["shards"][0]
-    return {"seconds": wall, "mb_per_s": shard["bytes"] / wall / 1e6, "packer_seconds": shard["seconds"],
-            "peak_rss_bytes": usage.ru_maxrss * 1024, "sampled_rss_bytes": sampler.max_rss,
-            "file_cache_bytes": sampler.max_resident, "meminfo_cached_delta_bytes": sampler.max_cached_delta,
-            "samples": sampler.samples, "bytes": shard["bytes"]}
+
+
+def run_step(kind: str, ckpt: str, dest: str, src: str, layer: int, nbytes: int, chunk_rows: int, verify: str,
+             tmp: str) -> dict:
+    clean(dest)
+    evict(src)
+    out = os.path.join(dest, "copy.bin")
+    if kind == "plain":
+        doc = launch([sys.executable, "-I", "-c", PLAIN_COPY, src, out, str(nbytes)], src, [out], tmp)
+    elif kind == "pattern":
+        doc = launch([sys.executable, "-I", "-c", PATTERN_COPY, src, out, str(nbytes), str(chunk_rows * ROW_BYTES)],
+                     src, [out], tmp)
+    else:
+        names = [os.path.join(dest, "engram-l%d-r0of1.%s" % (layer, ext)) for ext in ("partial", "bin")]
+        doc = launch([sys.executable, "-I", PACKER, "--checkpoint", ckpt, "--dest", dest, "--rank", "0", "--tp", "1",
+                      "--layers", str(layer), "--margin-bytes", "0", "--chunk-rows", str(chunk_rows), "--verify",
+                      verify, "--json"], src, names, tmp)
+        result = json.loads(doc["stdout"].strip().splitlines()[-1])
+        if result.get("failed"):
+            raise SystemExit("packer failed: %s" % result.get("msg"))
+        shard = result["shards"][0]
+        if shard["bytes"] != nbytes:
+            raise SystemExit("packed %d bytes, expected %d" % (shard["bytes"], nbytes))
+        doc["verify_seconds"] = shard["verify_seconds"]
+    doc.pop("stdout")
+    written = os.path.getsize(out) if kind != "pack" else nbytes
+    if written != nbytes:
+        raise SystemExit("%s wrote %d bytes, expected %d" % (kind, written, nbytes))
+    gb = nbytes / 1e9
+    doc.update(kind=kind, bytes=nbytes, mb_per_s=nbytes / doc["wall_s"] / 1e6, s_per_gb=doc["wall_s"] / gb,
+               cpu_s_per_gb=(doc["user_s"] + doc["sys_s"]) / gb, user_s_per_gb=doc["user_s"] / gb,
+               sys_s_per_gb=doc["sys_s"] / gb)
+    clean(dest)
+    return doc
+
+
+def spread(values) -> dict:
+    values = list(values)
+    return {"median": round(statistics.median(values), 4), "min": round(min(values), 4),
+            "max": round(max(values), 4), "n": len(values)}
+
+
+def fmt(stat: dict, scale: float = 1.0, digits: int = 2) -> str:
+    return "%.*f (%.*f-%.*f)" % (digits, stat["median"] * scale, digits, stat["min"] * scale, digits,
+                                 stat["max"] * scale)
+
+
+def measure_size(ckpt: str, dest: str, tmp: str, layer: int, rows: int, args) -> dict:
+    with open(os.path.join(ckpt, "model.safetensors.index.json")) as handle:
+        src = os.path.join(ckpt, json.load(handle)["weight_map"]["layers.%d.engram.embed.weight" % layer])
+    nbytes = HEADER_SIZE + rows * ROW_BYTES
+    chunk_bytes = args.chunk_rows * ROW_BYTES
+    order = ["plain", "pattern", "pack"]
+    runs = {k: [] for k in order}
+    ratios = {"pattern": [], "plain": []}
+    for rep in range(args.repeat):
+        step_order = order[rep % 3:] + order[:rep % 3]  # rotate: each kind runs first, second and third
+        this = {}
+        for kind in step_order:
+            this[kind] = run_step(kind, ckpt, dest, src, layer, nbytes, args.chunk_rows, "sample", tmp)
+            runs[kind].append(this[kind])
+        for ref in ("pattern", "plain"):
+            ratios[ref].append(this[ref]["wall_s"] / this["pack"]["wall_s"])
+        print("  %.2f GiB rep %d (%s): MB/s plain %.0f, pattern %.0f, pack %.0f; pack/pattern %.3f, pack/plain %.3f; "
+              "pack CPU %.2f s/GB, RSS %.1f MiB, cache %.2f chunks; load %.1f"
+              % (nbytes / GIB, rep + 1, ",".join(step_order), this["plain"]["mb_per_s"], this["pattern"]["mb_per_s"],
+                 this["pack"]["mb_per_s"], ratios["pattern"][-1], ratios["plain"][-1], this["pack"]["cpu_s_per_gb"],
+                 this["pack"]["maxrss_bytes"] / MIB, this["pack"]["total_cache_bytes"] / chunk_bytes,
+                 this["pack"]["load1"]), flush=True)
+    full = [run_step("pack", ckpt, dest, src, layer, nbytes, args.chunk_rows, "full", tmp)
+            for _ in range(args.verify_repeat)]
+    gb = nbytes / 1e9
+    summary = {"bytes": nbytes, "rows": rows, "layer": layer, "source": src,
+               "ratio_pack_over_pattern": spread(ratios["pattern"]), "ratio_pack_over_plain": spread(ratios["plain"]),
+               "verify_sample_s_per_gb": spread(r["verify_seconds"] / gb for r in runs["pack"]),
+               "verify_full_s_per_gb": spread(r["verify_seconds"] / gb for r in full) if full else None,
+               "pack_full_s_per_gb": spread(r["s_per_gb"] for r in full) if full else None,
+               "runs": runs, "full_runs": full}
+    for kind in order:
+        rs = runs[kind]
+        summary[kind] = {"mb_per_s": spread(r["mb_per_s"] for r in rs), "s_per_gb": spread(r["s_per_gb"] for r in rs),
+                         "cpu_s_per_gb": spread(r["cpu_s_per_gb"] for r in rs),
+                         "user_s_per_gb": spread(r["user_s_per_gb"] for r in rs),
+                         "sys_s_per_gb": spread(r["sys_s_per_gb"] for r in rs),
+                         "maxrss_mib": spread(r["maxrss_bytes"] / MIB for r in rs),
+                         "source_cache_chunks": spread(r["source_cache_bytes"] / chunk_bytes for r in rs),
+                         "output_cache_chunks": spread(r["output_cache_bytes"] / chunk_bytes for r in rs),
+                         "total_cache_chunks": spread(r["total_cache_bytes"] / chunk_bytes for r in rs),
+                         "load1": spread(r["load1"] for r in rs)}
+    return summary
+
+
+def report(doc: dict, json_out) -> None:
+    """Print the table, the scaling and the checks of the sizes measured so far; write the JSON."""
+    checks = {}
+    print("\nmedian (min-max)     | plain MB/s | pattern MB/s | pack MB/s | pack/pattern | pack/plain | CPU s/GB "
+          "pack (user+sys) | pattern CPU | plain CPU | pack RSS MiB | cache chunks (src+out) | verify sample s/GB | "
+          "verify full s/GB")
+    for name, s in doc["sizes"].items():
+        print("%-20s | %s | %s | %s | %s | %s | %s (%.2f+%.2f) | %s | %s | %s | %s | %s | %s"
+              % (name, fmt(s["plain"]["mb_per_s"], digits=0), fmt(s["pattern"]["mb_per_s"], digits=0),
+                 fmt(s["pack"]["mb_per_s"], digits=0), fmt(s["ratio_pack_over_pattern"]),
+                 fmt(s["ratio_pack_over_plain"]), fmt(s["pack"]["cpu_s_per_gb"]),
+                 s["pack"]["user_s_per_gb"]["median"], s["pack"]["sys_s_per_gb"]["median"],
+                 fmt(s["pattern"]["cpu_s_per_gb"]), fmt(s["plain"]["cpu_s_per_gb"]),
+                 fmt(s["pack"]["maxrss_mib"], digits=1),
+                 fmt(s["pack"]["total_cache_chunks"]), fmt(s["verify_sample_s_per_gb"], digits=3),
+                 fmt(s["verify_full_s_per_gb"]) if s["verify_full_s_per_gb"] else "-"))
+        checks["%s pack/pattern >= 0.90" % name] = s["ratio_pack_over_pattern"]["median"] >= 0.90
+        checks["%s pack/plain >= 1.0" % name] = s["ratio_pack_over_plain"]["median"] >= 1.0
+        checks["%s CPU <= 0.7 s/GB" % name] = s["pack"]["cpu_s_per_gb"]["median"] <= 0.7
+        checks["%s RSS <= 64 MiB" % name] = s["pack"]["maxrss_mib"]["max"] <= 64
+        checks["%s cache <= 2 chunks" % name] = s["pack"]["total_cache_chunks"]["max"] <= 2.0
+    if len(doc["sizes"]) == 2:
+        small, large = doc["sizes"].values()
+        doc["scaling"] = {
+            "s_per_gb_large_over_small": round(large["pack"]["s_per_gb"]["median"]
+                                               / small["pack"]["s_per_gb"]["median"], 3),
+            "cpu_per_gb_large_over_small": round(large["pack"]["cpu_s_per_gb"]["median"]
+                                                 / small["pack"]["cpu_s_per_gb"]["median"], 3),
+            "rss_mib_large_minus_small": round(large["pack"]["maxrss_mib"]["median"]
+                                               - small["pack"]["maxrss_mib"]["median"], 1)}
+        print("scaling (larger/smaller size): time per GB x%.3f, CPU per GB x%.3f, RSS %+.1f MiB"
+              % (doc["scaling"]["s_per_gb_large_over_small"], doc["scaling"]["cpu_per_gb_large_over_small"],
+                 doc["scaling"]["rss_mib_large_minus_small"]))
+    doc["checks"] = checks
+    print("checks: " + ", ".join("%s %s" % (k, "PASS" if v else "FAIL") for k, v in checks.items()), flush=True)
+    if json_out:
+        with open(json_out, "w") as handle:
+            handle.write(json.dumps(doc, indent=2) + "\n")
+        print("JSON written to %s" % json_out, flush=True)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workdir", default="/tmp/sparkfleet-pack-bench")
-    parser.add_argument("--rows", type=int, default=8_200_000, help="rows of layer 1 (8.2M rows = 2.02 GiB packed)")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--workdir", default="/var/tmp/sparkfleet-pack-bench")
+    parser.add_argument("--sizes", default="2,4", help="output sizes in GiB, comma separated (at most two)")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--verify-repeat", type=int, default=3, help="packs with verify=full per size")
+    parser.add_argument("--only", type=float, default=None, help="measure only this one of --sizes (same checkpoint)")
     parser.add_argument("--chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS)
-    parser.add_argument("--packer-args", default="", help="extra packer arguments, e.g. '--nice'")
     parser.add_argument("--json-out", default=None)
     parser.add_argument("--keep", action="store_true", help="keep the synthetic checkpoint for the next run")
     args = parser.parse_args()
+    sizes = [float(x) for x in args.sizes.split(",") if x.strip()]
+    if not 1 <= len(sizes) <= len(LAYERS) or args.repeat < 1:
+        raise SystemExit("--sizes takes one or two sizes, --repeat at least 1")
+    rows = {layer: int(size * ROWS_PER_GIB) for layer, size in zip(LAYERS, sizes)}
 
     ckpt = os.path.join(args.workdir, "checkpoint")
     dest = os.path.join(args.workdir, "engram")
+    tmp = os.path.join(args.workdir, "tmp")
     marker = os.path.join(ckpt, ".rows")
-    if not (os.path.exists(marker) and open(marker).read() == str(args.rows)):
+    wanted = json.dumps(rows, sort_keys=True)
+    if not (os.path.exists(marker) and open(marker).read() == wanted):
         shutil.rmtree(ckpt, ignore_errors=True)
-        t = time.perf_counter()
-        info = synthetic.make_checkpoint(ckpt, rows={1: args.rows}, shards=4, seed=0)
+        started = time.perf_counter()
+        info = synthetic.make_checkpoint(ckpt, rows=rows, shards=4, seed=0)
         with open(marker, "w") as handle:
-            handle.write(str(args.rows))
-        print("generated %s (%.1f GiB) in %.1f s" % (ckpt, info["total_size"] / (1 << 30), time.perf_counter() - t))
+            handle.write(wanted)
+        print("generated %s (%.1f GiB) in %.0f s" % (ckpt, info["total_size"] / GIB, time.perf_counter() - started))
     os.makedirs(dest, exist_ok=True)
-    with open(os.path.join(ckpt, "model.safetensors.index.json")) as handle:
-        src = os.path.join(ckpt, json.load(handle)["weight_map"]["layers.1.engram.embed.weight"])
-    nbytes = HEADER_SIZE + args.rows * ROW_BYTES
+    os.makedirs(tmp, exist_ok=True)
     chunk_bytes = args.chunk_rows * ROW_BYTES
-    print("shard: %d rows, %.2f GiB packed; chunk %d rows = %.1f MiB; filesystem of %s"
-          % (args.rows, nbytes / (1 << 30), args.chunk_rows, chunk_bytes / MIB, args.workdir))
-
-    # ABBA order (copy, pack, pack, copy) within each repetition: drift in the disk's speed (other work on
-    # the machine, the device's own caches) hits both sides alike. The ratio of a repetition is the copy's
-    # total time over the packer's total time for the same number of bytes.
-    copies, packs, ratios = [], [], []
-    for rep in range(args.repeat):
-        pair_copies, pair_packs = [], []
-        for step in ("copy", "pack", "pack", "copy"):
-            if step == "copy":
-                pair_copies.append(run_copy(src, os.path.join(dest, "copy.bin"), nbytes))
-            else:
-                pair_packs.append(run_pack(ckpt, dest, src, args.chunk_rows, args.packer_args.split()))
-        ratio = sum(c["seconds"] for c in pair_copies) / sum(p["seconds"] for p in pair_packs)
-        ratios.append(ratio)
-        copies += pair_copies
-        packs += pair_packs
-        print("rep %d: copy %s MB/s, pack %s MB/s, ratio %.3f, peak RSS %.1f MiB, file cache max %.1f MiB, "
-              "Cached+Buffers delta max %.1f MiB"
-              % (rep + 1, "/".join("%.0f" % c["mb_per_s"] for c in pair_copies),
-                 "/".join("%.0f" % p["mb_per_s"] for p in pair_packs), ratio,
-                 max(p["peak_rss_bytes"] for p in pair_packs) / MIB,
-                 max(p["file_cache_bytes"] for p in pair_packs) / MIB,
-                 max(p["meminfo_cached_delta_bytes"] for p in pair_packs) / MIB), flush=True)
-
-    summary = {
-        "rows": args.rows, "bytes": nbytes, "chunk_rows": args.chunk_rows, "chunk_bytes": chunk_bytes,
-        "repeat": args.repeat, "packer_args": args.packer_args, "workdir": args.workdir,
-        "copy_mb_per_s_median": round(statistics.median(c["mb_per_s"] for c in copies), 1),
-        "pack_mb_per_s_median": round(statistics.median(p["mb_per_s"] for p in packs), 1),
-        "ratio_median": round(statistics.median(ratios), 3), "ratio_min": round(min(ratios), 3),
-        "ratio_max": round(max(ratios), 3),
-        "ratio_total": round(sum(c["seconds"] for c in copies) / sum(p["seconds"] for p in packs), 3),
-        "peak_rss_mib_max": round(max(p["peak_rss_bytes"] for p in packs) / MIB, 1),
-        "file_cache_mib_max": round(max(p["file_cache_bytes"] for p in packs) / MIB, 1),
-        "file_cache_chunks_max": round(max(p["file_cache_bytes"] for p in packs) / chunk_bytes, 2),
-        "meminfo_cached_delta_mib_max": round(max(p["meminfo_cached_delta_bytes"] for p in packs) / MIB, 1),
-        "meminfo_cached_delta_mib_median": round(statistics.median(p["meminfo_cached_delta_bytes"]
-                                                                   for p in packs) / MIB, 1),
-        "copy_file_cache_mib_max": round(max(c["file_cache_bytes"] for c in copies) / MIB, 1),
-        "copy_meminfo_cached_delta_mib_median": round(statistics.median(c["meminfo_cached_delta_bytes"]
-                                                                        for c in copies) / MIB, 1),
-        "runs": {"copy": copies, "pack": packs, "ratios": ratios},
-    }
-    checks = {"throughput_ratio>=0.90": summary["ratio_median"] >= 0.90,
-              "peak_rss<=128MiB": summary["peak_rss_mib_max"] <= 128,
-              "file_cache<=2chunks": summary["file_cache_chunks_max"] <= 2.0}
-    summary["checks"] = checks
-    print("summary: copy %.0f MB/s, pack %.0f MB/s (medians); throughput ratio pack/copy %.3f (median of %d ABBA "
-          "repetitions, range %.3f-%.3f; all runs %.3f); peak RSS %.1f MiB; page cache: packer files max %.1f MiB "
-          "(%.2f chunks), Cached+Buffers delta max %.1f MiB (median %.1f)"
-          % (summary["copy_mb_per_s_median"], summary["pack_mb_per_s_median"], summary["ratio_median"],
-             args.repeat, summary["ratio_min"], summary["ratio_max"], summary["ratio_total"],
-             summary["peak_rss_mib_max"], summary["file_cache_mib_max"], summary["file_cache_chunks_max"],
-             summary["meminfo_cached_delta_mib_max"], summary["meminfo_cached_delta_mib_median"]))
-    print("control: the copy's files held up to %.1f MiB of page cache (Cached+Buffers delta median %.1f MiB)"
-          % (summary["copy_file_cache_mib_max"], summary["copy_meminfo_cached_delta_mib_median"]))
-    print("checks: " + ", ".join("%s %s" % (k, "PASS" if v else "FAIL") for k, v in checks.items()))
-    doc = json.dumps(summary, indent=2)
-    if args.json_out:
-        with open(args.json_out, "w") as handle:
-            handle.write(doc + "\n")
-    else:
-        print(doc)
+    print("chunk %d rows = %.2f MiB; %d repetitions per size, rotating order; %d verify=full packs per size; "
+          "%d CPUs, load %.1f; %s" % (args.chunk_rows, chunk_bytes / MIB, args.repeat, args.verify_repeat,
+                                      os.cpu_count(), os.getloadavg()[0], args.workdir), flush=True)
+    doc = {"chunk_rows": args.chunk_rows, "chunk_bytes": chunk_bytes, "repeat": args.repeat,
+           "verify_repeat": args.verify_repeat, "cpus": os.cpu_count(), "workdir": args.workdir,
+           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sizes": {}}
+    for layer, n in rows.items():
+        if args.only is not None and abs(n - args.only * ROWS_PER_GIB) > 1:
+            continue
+        doc["sizes"]["%.2f GiB" % ((HEADER_SIZE + n * ROW_BYTES) / GIB)] = measure_size(ckpt, dest, tmp, layer, n, args)
+        report(doc, args.json_out)  # after each size: a run cut short keeps what it measured
     if not args.keep:
         shutil.rmtree(args.workdir, ignore_errors=True)
-    return 0 if all(checks.values()) else 1
+    return 0 if all(doc["checks"].values()) else 1
 
 
 if __name__ == "__main__":

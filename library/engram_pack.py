@@ -49,8 +49,8 @@ options:
     default: 1073741824
   chunk_rows:
     description:
-      - Rows per streamed chunk (264 bytes each). Memory is about 2 x chunk x 264 bytes plus a fixed part;
-        the page cache holds about one chunk of the destination and half a chunk of the source.
+      - Rows per streamed chunk (264 bytes each). Memory is about 3 x chunk x 264 bytes plus a fixed part;
+        the page cache holds about one chunk of the destination and none of the source (read with O_DIRECT).
       - Raise it (e.g. 65536) when the checkpoint is read over NFS.
     type: int
     default: 16384
@@ -87,10 +87,12 @@ options:
     default: /models/DeepSeek-V4.1-Flash
   packer_dir:
     description:
-      - Host directory holding C(engram_packer.py), C(engram_format.py) and C(safetensors_header.py)
-        (copied there from module_utils by the engram role), mounted read-only into the container.
+      - Host directory holding the packer's files (C(engram_packer.py) and the modules it imports), mounted
+        read-only into the container.
+      - By default the module writes its own copy of them (the module_utils it was shipped with, byte for
+        byte) to a private temporary directory for the run and removes it afterwards; set this only to run
+        a packer installed elsewhere.
     type: path
-    default: /opt/sparkfleet/packer
 attributes:
   check_mode:
     support: full
@@ -227,6 +229,10 @@ shards:
       description: Rows compared with the checkpoint.
       type: int
       sample: 1024
+    verify_seconds:
+      description: Time the verification took, included in RV(shards[].seconds) (null when not written).
+      type: float
+      sample: 0.4
 required_bytes:
   description: Bytes still to write for this rank before the run (missing shards plus the rest of partial ones).
   returned: always
@@ -311,15 +317,19 @@ msg:
 import json
 import os
 import re
+import shutil
 import socket
+import sys
+import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.engram_packer import (
-    DEFAULT_CHUNK_ROWS, DEFAULT_MARGIN_BYTES, PackError, PackOptions, available_bytes, check_dest, pack)
+    DEFAULT_CHUNK_ROWS, DEFAULT_MARGIN_BYTES, PACKER_FILES, PackError, PackOptions, available_bytes, check_dest, pack)
+from ansible.module_utils import engram_packer
 
 CONTAINER_DEST = "/engram"
 CONTAINER_PACKER_DIR = "/opt/sparkfleet-packer"
-PACKER_FILES = ("engram_packer.py", "engram_format.py", "safetensors_header.py")
+
 
 
 def container_argv(docker: str, params: dict, check_mode: bool, host: str) -> list:
@@ -370,14 +380,45 @@ def to_host_paths(result: dict, dest: str) -> dict:
     return result
 
 
+def packer_sources() -> dict:
+    """{file name: bytes} of the packer as this module was shipped with it (its module_utils, unchanged)."""
+    package = engram_packer.__name__.rpartition(".")[0]
+    sources = {}
+    for name in PACKER_FILES:
+        mod = sys.modules.get("%s.%s" % (package, name[:-3])) if package else None
+        if mod is None:
+            mod = sys.modules[name[:-3]]
+        sources[name] = mod.__loader__.get_data(mod.__file__)  # a file, or a member of the AnsiballZ zip
+    return sources
+
+
+def write_packer(directory: str) -> None:
+    for name, data in packer_sources().items():
+        with open(os.path.join(directory, name), "wb") as handle:
+            handle.write(data)
+
+
 def run_in_container(module: AnsibleModule, host: str) -> dict:
     params = module.params
     check_dest(params["dest"], host)
+    if params["packer_dir"]:
+        return _run_in_container(module, host, params["packer_dir"])
+    directory = tempfile.mkdtemp(prefix="sparkfleet-packer.")
+    try:
+        os.chmod(directory, 0o755)  # the container's user reads it
+        write_packer(directory)
+        return _run_in_container(module, host, directory)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _run_in_container(module: AnsibleModule, host: str, packer_dir: str) -> dict:
+    params = dict(module.params, packer_dir=packer_dir)
     missing = [name for name in PACKER_FILES if not os.path.isfile(os.path.join(params["packer_dir"], name))]
     if missing:
-        raise PackError("The packer is not installed in %s on %s (missing %s): copy the three module_utils files "
-                        "there (the engram role does) or set packer_dir." % (params["packer_dir"], host,
-                                                                             ", ".join(missing)))
+        raise PackError("The packer is not installed in %s on %s (missing %s): copy the packer's module_utils files "
+                        "there, or leave packer_dir unset (the module then ships its own)." % (
+                            params["packer_dir"], host, ", ".join(missing)))
     docker = module.get_bin_path("docker")
     if not docker:
         raise PackError("docker is not installed on %s, but checkpoint_volume=%s needs it to reach the checkpoint."
@@ -425,7 +466,7 @@ def main():
             container_image=dict(type="str"),
             checkpoint_volume=dict(type="str"),
             container_checkpoint_path=dict(type="str", default="/models/DeepSeek-V4.1-Flash"),
-            packer_dir=dict(type="path", default="/opt/sparkfleet/packer"),
+            packer_dir=dict(type="path"),
         ),
         mutually_exclusive=[("checkpoint", "checkpoint_volume")],
         required_one_of=[("checkpoint", "checkpoint_volume")],

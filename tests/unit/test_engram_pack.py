@@ -12,12 +12,14 @@ import shutil
 import socket
 import struct
 import subprocess
+import stat
 import sys
 
 import numpy as np
 import pytest
 
 from ansible.module_utils import engram_packer as ep
+from ansible.module_utils import engram_packer_write as epw
 from ansible.module_utils.engram_packer import PackOptions, pack
 from tests.conftest import ROOT, load_module
 from tests.unit.module_harness import run_module
@@ -302,12 +304,12 @@ def test_no_resume_restarts_and_complete_partial_is_finished(ckpt, tmp_path):
 
     def killed(*_):
         raise Killed()
-    original, ep.verify_shard = ep.verify_shard, killed  # killed while verifying: whole partial, before the rename
+    original, epw.verify_shard = epw.verify_shard, killed  # killed while verifying: whole partial, before the rename
     try:
         with pytest.raises(Killed):
             pack(opts(ckpt, tmp_path, 2, 3, layers=[1]))
     finally:
-        ep.verify_shard = original
+        epw.verify_shard = original
     result = pack(opts(ckpt, tmp_path, 2, 3, layers=[1]))
     shard = result["shards"][0]
     assert (shard["action"], shard["required_bytes"], shard["written_bytes"]) == ("finish", 0, 0)
@@ -346,10 +348,10 @@ def test_valid_bin_with_stale_partial_is_skipped(ckpt, tmp_path):
 # ---------------------------------------------------------------------------------- verification
 
 def test_sample_indices_spread_first_and_last():
-    idx = ep._sample_indices(40001)
+    idx = ep.sample_indices(40001)
     assert len(idx) >= 1000 and idx[0] == 0 and idx[-1] == 40000 and idx == sorted(set(idx))
     assert max(b - a for a, b in zip(idx, idx[1:])) <= 40001 // 1000
-    assert ep._sample_indices(17) == list(range(17))
+    assert ep.sample_indices(17) == list(range(17))
 
 
 @pytest.mark.parametrize("mode, rows", [("none", 0), ("sample", 1024), ("full", 32000)])
@@ -360,13 +362,13 @@ def test_verify_modes(ckpt, tmp_path, mode, rows):
 
 @pytest.mark.parametrize("mode", ["sample", "full"])
 def test_verification_failure_keeps_no_bin(ckpt, tmp_path, monkeypatch, mode):
-    real_stream = ep._stream
+    real_stream = epw._stream
 
     def stream_then_flip(plan, source, options, pfd, progress):
         real_stream(plan, source, options, pfd, progress)
         os.pwrite(pfd, b"\xEE", 4096 + (plan.rows - 1) * 264 + 260)  # last row's scale byte (always sampled)
 
-    monkeypatch.setattr(ep, "_stream", stream_then_flip)
+    monkeypatch.setattr(epw, "_stream", stream_then_flip)
     res = run_module(engram_pack, args(ckpt, tmp_path, 1, 3, layers=[1], verify=mode))
     assert res.failed and "Verification failed" in res.result["msg"]
     assert "row 40000 (absolute 80001) differs" in res.result["msg"]
@@ -497,7 +499,7 @@ def test_dest_symlink_on_the_same_volume_is_fine(small_ckpt, tmp_path):
 
 
 def test_read_only_destination(small_ckpt, tmp_path, monkeypatch):
-    monkeypatch.setattr(ep, "_dest_writable_problem", lambda dest: "it is on a read-only filesystem")
+    monkeypatch.setattr(ep, "dest_writable_problem", lambda dest: "it is on a read-only filesystem")
     res = run_module(engram_pack, args(small_ckpt, tmp_path, 0, 3), check_mode=True)
     assert res.failed and "read-only filesystem" in res.result["msg"]
 
@@ -531,7 +533,7 @@ def test_module_argument_rules(small_ckpt, tmp_path):
 def packer_dir(tmp_path):
     path = tmp_path / "packer"
     path.mkdir()
-    for name in ("engram_packer.py", "engram_format.py", "safetensors_header.py"):
+    for name in ep.PACKER_FILES:
         shutil.copy(str(MU / name), str(path / name))
     return path
 
@@ -659,6 +661,59 @@ def test_container_mode_end_to_end_with_a_fake_docker(ckpt, tmp_path, packer_dir
     assert not res.failed and res.result["changed"] is False
 
 
+def test_container_mode_ships_its_own_packer_byte_identical(ckpt, tmp_path, monkeypatch):
+    """Without packer_dir the module writes the packer it was shipped with to a private folder, mounts it,
+    and removes it: what runs in the container is module_utils byte for byte (issue 25 item 2)."""
+    dest = tmp_path / "engram"
+    dest.mkdir()
+    monkeypatch.setattr(engram_pack.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/usr/bin/" + name)
+    seen = {}
+
+    def fake_docker(self, argv, **kwargs):
+        mounts = {}  # container path -> host path, from each "-v HOST:CONTAINER[:ro]"
+        for i, arg in enumerate(argv):
+            if arg == "-v":
+                host_path, container_path = argv[i + 1].split(":")[:2]
+                mounts[container_path] = host_path
+        packer = mounts["/opt/sparkfleet-packer"]
+        seen["dir"] = packer
+        seen["files"] = {name: open(os.path.join(packer, name), "rb").read() for name in os.listdir(packer)}
+        seen["mode"] = stat.S_IMODE(os.stat(packer).st_mode)
+        cmd = argv[argv.index("--entrypoint") + 3:]
+        mapping = {"/models/DeepSeek-V4.1-Flash": ckpt, "/engram": str(dest)}
+        cmd = [mapping.get(a, a) for a in cmd]
+        cmd[0] = os.path.join(packer, "engram_packer.py")
+        proc = subprocess.run([sys.executable, "-I"] + cmd, capture_output=True, text=True)
+        return proc.returncode, proc.stdout.replace(str(dest), "/engram"), proc.stderr
+
+    monkeypatch.setattr(engram_pack.AnsibleModule, "run_command", fake_docker)
+    args = container_args(dest, "unused", nice=False, layers=[14])
+    del args["packer_dir"]
+    res = run_module(engram_pack, args)
+    assert not res.failed, res.result["msg"]
+    assert sorted(seen["files"]) == sorted(ep.PACKER_FILES) and seen["mode"] == 0o755
+    for name, data in seen["files"].items():
+        assert data == (MU / name).read_bytes(), name
+    assert not os.path.exists(seen["dir"])  # removed after the run
+    assert open(res.result["shards"][0]["path"], "rb").read() == reference_shard(ckpt, 14, 1, 3)
+
+
+def test_the_tree_holds_no_symlink_and_roles_ship_module_utils():
+    """No symlink is tracked (issue 25 item 2); the bench client role copies its files from module_utils."""
+    proc = subprocess.run(["git", "ls-files", "-s"], cwd=str(ROOT), capture_output=True, text=True)
+    if proc.returncode == 0:
+        links = [line.split("\t", 1)[1] for line in proc.stdout.splitlines() if line.startswith("120000 ")]
+    else:  # not a git checkout: walk it (the venv link is not the project's)
+        links = [os.path.relpath(os.path.join(d, n), str(ROOT)) for d, dirs, files in os.walk(str(ROOT))
+                 for n in dirs + files if os.path.islink(os.path.join(d, n)) and n != ".venv" and ".git" not in d]
+    assert links == []
+    install = (ROOT / "roles" / "bench_client" / "tasks" / "install.yml").read_text()
+    assert 'src: "{{ role_path }}/../../module_utils/{{ item }}"' in install
+    for name in ("decode_client.py", "bench_stats.py", "prompt_catalog.py"):
+        assert (MU / name).is_file() and name in install
+    assert not (ROOT / "roles" / "engram" / "files").exists()
+
+
 # ---------------------------------------------------------------------------------------------- CLI
 
 def _standalone(tmp_path):
@@ -666,7 +721,7 @@ def _standalone(tmp_path):
     directory = tmp_path / "packer"
     if not directory.exists():
         directory.mkdir()
-        for name in ("engram_packer.py", "engram_format.py", "safetensors_header.py"):
+        for name in ep.PACKER_FILES:
             shutil.copy(str(MU / name), str(directory / name))
     return str(directory / "engram_packer.py")
 

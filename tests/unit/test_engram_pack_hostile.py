@@ -13,6 +13,8 @@ import sys
 import pytest
 
 from ansible.module_utils import engram_packer as ep
+from ansible.module_utils import engram_packer_io as epio
+from ansible.module_utils import engram_packer_write as epw
 from ansible.module_utils.engram_packer import PackError, pack
 from tests.unit.test_engram_pack import (MU, _rewrite, listing, opts, reference_shard, sha,  # noqa: F401
                                          tbc)
@@ -126,7 +128,7 @@ def _killed_while_verifying(monkeypatch, options):
     def killed(*_):
         raise Killed()
     with monkeypatch.context() as patch:
-        patch.setattr(ep, "verify_shard", killed)
+        patch.setattr(epw, "verify_shard", killed)
         with pytest.raises(Killed):
             pack(options)
 
@@ -137,7 +139,7 @@ def test_a_checkpoint_rewritten_in_place_restarts_the_shard(small_ckpt, dest, mo
     _killed_while_verifying(monkeypatch, opts(small_ckpt, dest, 0, 1, layers=[1], chunk_rows=500))
     partial = os.path.join(dest, "engram-l1-r0of1.partial")
     assert os.path.getsize(partial) == 4096 + 3001 * 264
-    sampled = set(ep._sample_indices(3001))
+    sampled = set(ep.sample_indices(3001))
     changed = [row for row in range(1, 3000) if row not in sampled][:50]
     assert len(changed) == 50
     source = ep.load_sources(small_ckpt, [1])[1]
@@ -190,14 +192,14 @@ def test_a_symlinked_temporary_is_not_followed(small_ckpt, dest, tmp_path):
 # -------------------------------------------------------------- item 9: failure results tell the truth
 
 def test_a_failed_pack_reports_shards_as_they_are(small_ckpt, dest, monkeypatch):
-    real_stream = ep._stream
+    real_stream = epw._stream
 
     def stream_then_enospc(plan, source, options, pfd, progress):
         if plan.layer == 14:
             raise AssertionError("layer 14 is never reached")
         chunks = real_stream(plan, source, options, pfd, progress)
         raise OSError(28, "No space left on device", plan.partial_path)
-    monkeypatch.setattr(ep, "_stream", stream_then_enospc)
+    monkeypatch.setattr(epw, "_stream", stream_then_enospc)
     with pytest.raises(PackError) as info:
         pack(opts(small_ckpt, dest, 0, 1, layers=[1, 14], chunk_rows=1000))
     shards = {s["layer"]: s for s in info.value.result["shards"]}
@@ -216,7 +218,7 @@ def test_a_progress_write_that_fails_leaves_no_empty_temporary(small_ckpt, dest,
         @staticmethod
         def dump(doc, handle):
             raise OSError(28, "No space left on device")
-    monkeypatch.setattr(ep, "json", NoSpaceJson)
+    monkeypatch.setattr(epio, "json", NoSpaceJson)
     with pytest.raises(PackError):  # the source record cannot be written either: the pack fails clearly
         pack(opts(small_ckpt, dest, 0, 1, layers=[1]))
     assert not [n for n in os.listdir(dest) if n.endswith(".tmp")], os.listdir(dest)

@@ -134,10 +134,11 @@ _FILL_AFTER = r"""
 import os, sys
 sys.path.insert(0, sys.argv[1])
 import engram_packer as ep
-real, calls = ep._pwrite_all, [0]
-def pwrite_then_fill(fd, view, offset):
+import engram_packer_write as epw
+real, calls = epw.write_chunk, [0]
+def write_then_fill(fd, buf, rows, offset):
     calls[0] += 1
-    if calls[0] == 6:
+    if calls[0] == 5:
         fill = os.open(os.path.join(sys.argv[2], "other-writer.fill"), os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             while True:
@@ -145,8 +146,8 @@ def pwrite_then_fill(fd, view, offset):
         except OSError:
             pass
         os.close(fill)
-    return real(fd, view, offset)
-ep._pwrite_all = pwrite_then_fill
+    return real(fd, buf, rows, offset)
+epw.write_chunk = write_then_fill
 sys.exit(ep.main(sys.argv[3:]))
 """
 

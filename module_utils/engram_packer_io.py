@@ -1,0 +1,429 @@
+# -*- coding: utf-8 -*-
+"""Low-level IO of the Engram packer: exact reads, vectored row IO, page-cache advice, writeback.
+
+Where the packer's time goes, and why it is done this way (docs/packing.md, "Speed"):
+- The source is read with ``O_DIRECT`` into page-aligned buffers, one contiguous read of a chunk's weight
+  rows and one of its scale rows: the device writes straight into our memory, so reading costs no kernel
+  copy, no page-cache insertion and eviction, no readahead and no ``posix_fadvise`` calls, and the source
+  never occupies the page cache (on GB10 page cache is GPU memory). Where ``O_DIRECT`` is refused (some
+  FUSE or old tmpfs mounts) the same reads go through the page cache, advised ``RANDOM`` with a half-chunk
+  ``WILLNEED`` window and dropped behind.
+- Rows are interleaved by the kernel, not by Python: ``pwritev`` gathers each packed row from its 256
+  weight bytes and 8 scale bytes (512 rows, 1024 iovecs, per call), and ``preadv`` scatters packed rows
+  back into weights and scales when a shard is compared with its source. The iovec arrays are built once
+  per buffer and passed to libc through ctypes (``os.pwritev`` would rebuild 1024 buffer views per call).
+- Comparisons use ``memcmp`` on the buffers (no copies).
+Without ctypes or on a 32-bit Python the same calls go through ``os.pwritev``/``os.preadv`` with views.
+
+Standard library only.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import mmap
+import os
+import platform
+from array import array
+from typing import Callable, Dict, List, Optional
+
+try:
+    from ansible.module_utils.engram_format import ROW_BYTES, SCALE_BYTES, WEIGHT_BYTES
+except ImportError:  # stand-alone: the packer's files side by side
+    from engram_format import ROW_BYTES, SCALE_BYTES, WEIGHT_BYTES  # type: ignore
+
+GIB = 1 << 30
+PAGE = mmap.PAGESIZE
+ALIGN = 4096  # O_DIRECT alignment of offsets, lengths and buffers (covers 512 and 4096 byte sectors)
+IOV_ROWS = 512  # rows per vectored call: 2 iovecs each, IOV_MAX (1024) per call
+# posix_fadvise(DONTNEED) drops only folios that lie wholly inside the range, and the page cache uses
+# large folios (ext4 since 6.16, xfs, NFS): each drop therefore covers a trailing window this long up to
+# the current position, so a folio that straddled one chunk boundary is dropped on a later call.
+DROP_WINDOW_BYTES = 64 << 20
+
+FADV_DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", 4)
+FADV_WILLNEED = getattr(os, "POSIX_FADV_WILLNEED", 3)
+FADV_RANDOM = getattr(os, "POSIX_FADV_RANDOM", 1)
+SFR_WAIT_BEFORE, SFR_WRITE, SFR_WAIT_AFTER = 1, 2, 4
+# ioprio_set(2) syscall numbers; aarch64 is what a DGX Spark runs.
+_IOPRIO_SET_NR = {"x86_64": 251, "amd64": 251, "aarch64": 30, "arm64": 30, "riscv64": 30, "i386": 289,
+                  "i686": 289, "armv7l": 314, "ppc64le": 273, "ppc64": 273, "s390x": 282}
+_IOPRIO_CLASS_SHIFT, _IOPRIO_CLASS_BE, _IOPRIO_WHO_PROCESS = 13, 2, 1
+
+
+class PackError(Exception):
+    """A pack that cannot or did not complete; ``result`` carries what is known (shards, bytes)."""
+
+    def __init__(self, msg: str, result: Optional[dict] = None):
+        super().__init__(msg)
+        self.msg = msg
+        self.result = result if result is not None else {}
+
+
+def _load_libc():
+    """libc's preadv, pwritev, memcmp and sync_file_range through ctypes, or None (then os.* is used)."""
+    if ctypes.sizeof(ctypes.c_void_p) != 8 or ctypes.sizeof(ctypes.c_size_t) != 8:
+        return None  # the iovec arrays below are pairs of 64-bit words
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        for name in ("preadv", "pwritev"):
+            func = getattr(libc, name)
+            func.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64]
+            func.restype = ctypes.c_ssize_t
+        libc.memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+        libc.memcmp.restype = ctypes.c_int
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_LIBC = _load_libc()
+
+
+# --------------------------------------------------------------------------------- plain helpers
+
+def pread_exact(fd: int, size: int, offset: int, what: str) -> bytes:
+    parts = []
+    got = 0
+    while got < size:
+        block = os.pread(fd, size - got, offset + got)
+        if not block:
+            raise PackError("%s ended early at offset %d (truncated?)." % (what, offset + got))
+        parts.append(block)
+        got += len(block)
+    return b"".join(parts)
+
+
+def pwrite_all(fd: int, view, offset: int) -> None:
+    view = memoryview(view)
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], offset + done)
+
+
+def fadvise(fd: int, offset: int, length: int, advice: int) -> None:
+    try:
+        os.posix_fadvise(fd, offset, length, advice)
+    except (OSError, AttributeError):
+        pass  # advisory: some filesystems refuse it, and it never affects correctness
+
+
+def drop_behind(fd: int, floor: int, end: int) -> None:
+    """Drop the cached pages of ``[max(floor, end - DROP_WINDOW_BYTES), end)`` (a range already done)."""
+    start = max(floor, end - DROP_WINDOW_BYTES)
+    if end > start:
+        fadvise(fd, start, end - start, FADV_DONTNEED)
+
+
+def drop_pages(fd: int, offset: int, length: int) -> None:
+    """Drop the pages touching ``[offset, offset+length)`` (DONTNEED itself skips partly covered pages)."""
+    start = offset - offset % PAGE
+    end = offset + length + (-(offset + length)) % PAGE
+    fadvise(fd, start, end - start, FADV_DONTNEED)
+
+
+def load_sync_file_range() -> Optional[Callable[[int, int, int, int], None]]:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        func = libc.sync_file_range
+    except (OSError, AttributeError):
+        return None
+    func.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    func.restype = ctypes.c_int
+
+    def call(fd: int, offset: int, nbytes: int, flags: int) -> None:
+        if func(fd, offset, nbytes, flags) != 0:
+            err = ctypes.get_errno()
+            if err in (errno.ENOSYS, errno.EINVAL, errno.ESPIPE):
+                os.fdatasync(fd)  # not supported here: fall back to the whole-file sync
+            else:
+                raise OSError(err, os.strerror(err))
+    return call
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def unlink_own(path: str) -> None:
+    """Remove a leftover of ours (a name in dest; never follows it), if present."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def create_exclusive(path: str, mode: int = 0o644) -> int:
+    """A new file at ``path`` opened O_CREAT|O_EXCL|O_NOFOLLOW: never an existing inode, never a link target."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
+
+
+def write_json_exclusive(path: str, doc: dict) -> None:
+    """Atomically replace ``path`` with ``doc``: a fresh temporary (O_EXCL), renamed over it; a failure
+    removes the temporary, so no empty temporary is ever left."""
+    tmp = path + ".tmp"
+    unlink_own(tmp)  # a leftover of a killed run
+    fd = create_exclusive(tmp)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(doc, handle)
+        os.replace(tmp, path)
+    except BaseException:
+        unlink_own(tmp)
+        raise
+
+
+def lower_priority() -> Dict[str, str]:
+    """Lowest CPU priority and best-effort/7 IO priority for this thread and the threads it starts.
+
+    Best effort: what was applied is returned, failures are reported, never raised. Best-effort level 7
+    rather than the idle class: under BFQ the idle class can starve the pack for as long as the engine
+    keeps reading its shards; with the ``none``/``mq-deadline`` schedulers usual on NVMe neither applies.
+    """
+    applied = {}
+    try:
+        current = os.getpriority(os.PRIO_PROCESS, 0)
+        if current < 19:
+            os.nice(19 - current)
+        applied["nice"] = str(os.getpriority(os.PRIO_PROCESS, 0))
+    except OSError as exc:
+        applied["nice"] = "unchanged (%s)" % (exc.strerror or exc)
+    number = _IOPRIO_SET_NR.get(platform.machine().lower())
+    if number is None:
+        applied["ioprio"] = "unchanged (no ioprio_set number for %s)" % platform.machine()
+        return applied
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        value = (_IOPRIO_CLASS_BE << _IOPRIO_CLASS_SHIFT) | 7
+        if libc.syscall(number, _IOPRIO_WHO_PROCESS, 0, value) == 0:
+            applied["ioprio"] = "best-effort/7"
+        else:
+            applied["ioprio"] = "unchanged (%s)" % os.strerror(ctypes.get_errno())
+    except (OSError, AttributeError) as exc:
+        applied["ioprio"] = "unchanged (%s)" % exc
+    return applied
+
+
+# --------------------------------------------------------------------------------- row buffers
+
+class RowBuffer:
+    """Up to ``rows`` weight rows and their scale rows, each contiguous in page-aligned memory (``O_DIRECT``
+    reads land in them), starting ``wdelta``/``sdelta`` bytes in (the source's offset modulo ALIGN).
+
+    ``write_packed`` gathers them into packed rows in a file, ``read_packed`` scatters packed rows of a file
+    back into them; ``same_rows`` compares two buffers."""
+
+    def __init__(self, rows: int):
+        self.rows = rows
+        self.wmem = mmap.mmap(-1, rows * WEIGHT_BYTES + 2 * ALIGN)
+        self.smem = mmap.mmap(-1, rows * SCALE_BYTES + 2 * ALIGN)
+        self.wdelta = self.sdelta = 0
+        self._iov_key = None
+        self._iov = None  # array('Q'): (base, len) pairs, weight then scale iovec per row
+        self._views: List[memoryview] = []  # fallback without libc: the same iovecs as views
+        self._anchors = []
+        if _LIBC is not None:
+            self._anchors = [ctypes.c_char.from_buffer(self.wmem), ctypes.c_char.from_buffer(self.smem)]
+            self._wbase, self._sbase = (ctypes.addressof(a) for a in self._anchors)
+
+    def close(self) -> None:
+        self._anchors = []
+        self._views = []
+        self._iov = None
+        for mem in (self.wmem, self.smem):
+            mem.close()
+
+    def weights(self, rows: int) -> memoryview:
+        return memoryview(self.wmem)[self.wdelta:self.wdelta + rows * WEIGHT_BYTES]
+
+    def scales(self, rows: int) -> memoryview:
+        return memoryview(self.smem)[self.sdelta:self.sdelta + rows * SCALE_BYTES]
+
+    def set_deltas(self, wdelta: int, sdelta: int) -> None:
+        self.wdelta, self.sdelta = wdelta, sdelta
+
+    def _iovecs(self):
+        key = (self.wdelta, self.sdelta)
+        if key != self._iov_key:  # built once per buffer (twice after a resume at an odd row)
+            rows = self.rows
+            if _LIBC is not None:
+                iov = array("Q", bytes(32 * rows))
+                iov[0::4] = array("Q", range(self._wbase + self.wdelta, self._wbase + self.wdelta + rows * WEIGHT_BYTES,
+                                             WEIGHT_BYTES))
+                iov[1::4] = array("Q", [WEIGHT_BYTES]) * rows
+                iov[2::4] = array("Q", range(self._sbase + self.sdelta, self._sbase + self.sdelta + rows * SCALE_BYTES,
+                                             SCALE_BYTES))
+                iov[3::4] = array("Q", [SCALE_BYTES]) * rows
+                self._iov = iov
+                self._iov_addr = iov.buffer_info()[0]
+            else:
+                w, s = memoryview(self.wmem), memoryview(self.smem)
+                self._views = []
+                for i in range(rows):
+                    wo, so = self.wdelta + i * WEIGHT_BYTES, self.sdelta + i * SCALE_BYTES
+                    self._views += [w[wo:wo + WEIGHT_BYTES], s[so:so + SCALE_BYTES]]
+            self._iov_key = key
+
+    def write_packed(self, fd: int, rows: int, offset: int) -> None:
+        """Write rows [0, rows) as packed rows at ``offset`` of ``fd``."""
+        self._vectored(fd, rows, offset, write=True)
+
+    def read_packed(self, fd: int, rows: int, offset: int, what: str) -> None:
+        """Fill rows [0, rows) from the packed rows at ``offset`` of ``fd``."""
+        self._vectored(fd, rows, offset, write=False, what=what)
+
+    def _vectored(self, fd: int, rows: int, offset: int, write: bool, what: str = "") -> None:
+        self._iovecs()
+        for first in range(0, rows, IOV_ROWS):
+            count = min(IOV_ROWS, rows - first)
+            want = count * ROW_BYTES
+            pos = offset + first * ROW_BYTES
+            if _LIBC is not None:
+                call = _LIBC.pwritev if write else _LIBC.preadv
+                done = call(fd, self._iov_addr + first * 32, 2 * count, pos)
+                if done < 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, os.strerror(err))
+            else:
+                views = self._views[2 * first:2 * (first + count)]
+                done = os.pwritev(fd, views, pos) if write else os.preadv(fd, views, pos)
+            if done != want:  # a short transfer (a signal, a full volume, end of file): finish row by row
+                self._finish_short(fd, first, count, done, pos, write, what)
+
+    def _finish_short(self, fd: int, first: int, count: int, done: int, pos: int, write: bool, what: str) -> None:
+        w, s = memoryview(self.wmem), memoryview(self.smem)
+        for i in range(done // ROW_BYTES, count):
+            wo, so = self.wdelta + (first + i) * WEIGHT_BYTES, self.sdelta + (first + i) * SCALE_BYTES
+            at = pos + i * ROW_BYTES
+            skip = max(0, done - i * ROW_BYTES)
+            if write:
+                row = bytes(w[wo:wo + WEIGHT_BYTES]) + bytes(s[so:so + SCALE_BYTES])
+                pwrite_all(fd, memoryview(row)[skip:], at + skip)
+            else:
+                row = pread_exact(fd, ROW_BYTES, at, what)
+                w[wo:wo + WEIGHT_BYTES] = row[:WEIGHT_BYTES]
+                s[so:so + SCALE_BYTES] = row[WEIGHT_BYTES:]
+
+    def same_rows(self, other: "RowBuffer", rows: int) -> bool:
+        """Do rows [0, rows) of both buffers hold the same weights and scales?"""
+        if _LIBC is not None:
+            return (_LIBC.memcmp(self._wbase + self.wdelta, other._wbase + other.wdelta, rows * WEIGHT_BYTES) == 0
+                    and _LIBC.memcmp(self._sbase + self.sdelta, other._sbase + other.sdelta, rows * SCALE_BYTES) == 0)
+        return self.weights(rows) == other.weights(rows) and self.scales(rows) == other.scales(rows)
+
+    def first_difference(self, other: "RowBuffer", rows: int) -> int:
+        """Index of the first row that differs (rows when none does); only called once a difference is known."""
+        a, b, c, d = self.weights(rows), other.weights(rows), self.scales(rows), other.scales(rows)
+        for i in range(rows):
+            if (a[i * WEIGHT_BYTES:(i + 1) * WEIGHT_BYTES] != b[i * WEIGHT_BYTES:(i + 1) * WEIGHT_BYTES]
+                    or c[i * SCALE_BYTES:(i + 1) * SCALE_BYTES] != d[i * SCALE_BYTES:(i + 1) * SCALE_BYTES]):
+                return i
+        return rows
+
+
+# --------------------------------------------------------------------------------- source reads
+
+class _AlignedFile:
+    """One source file read in aligned blocks with ``O_DIRECT``, or through the page cache where the
+    filesystem refuses it (then advised RANDOM, prefetched half a read ahead and dropped behind)."""
+
+    def __init__(self, path: str, floor: int, end: int, direct: bool):
+        self.path = path
+        self.floor, self.end = floor, end  # the tensor's bytes: what the page-cache fallback drops
+        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self.dfd = None
+        if direct and hasattr(os, "O_DIRECT"):
+            try:
+                self.dfd = os.open(path, os.O_RDONLY | os.O_DIRECT | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                self.dfd = None
+        if self.dfd is None:
+            self._buffered_setup()
+
+    def _buffered_setup(self) -> None:
+        # No kernel readahead, and no readahead marks left in our range by earlier readers (a page carrying
+        # one restarts asynchronous readahead even on a RANDOM fd): drop the range first.
+        fadvise(self.fd, 0, 0, FADV_RANDOM)
+        fadvise(self.fd, self.floor, self.end - self.floor, FADV_DONTNEED)
+
+    @property
+    def direct(self) -> bool:
+        return self.dfd is not None
+
+    def close(self) -> None:
+        for fd in (self.fd, self.dfd):
+            if fd is not None:
+                os.close(fd)
+        self.dfd = None
+
+    def read(self, mem: mmap.mmap, offset: int, length: int) -> int:
+        """Read ``[offset, offset+length)`` into ``mem``; returns where in ``mem`` it starts."""
+        delta = offset % ALIGN
+        if self.dfd is not None:
+            start = offset - delta
+            span = delta + length
+            span += (-span) % ALIGN
+            try:
+                got = os.preadv(self.dfd, [memoryview(mem)[:span]], start)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                os.close(self.dfd)  # O_DIRECT opens here but does not read: use the page cache from now on
+                self.dfd = None
+                self._buffered_setup()
+                return self.read(mem, offset, length)
+            if got < span:  # the end of the file (or a short read): the rest through the page cache
+                have = max(0, got - delta)
+                if have < length:
+                    mem[delta + have:delta + length] = pread_exact(self.fd, length - have, offset + have, self.path)
+                    drop_pages(self.fd, offset + have, length - have)
+            return delta
+        fadvise(self.fd, offset + length, length // 2, FADV_WILLNEED)
+        view = memoryview(mem)[delta:delta + length]
+        got = 0
+        while got < length:
+            n = os.preadv(self.fd, [view[got:]], offset + got)
+            if n <= 0:
+                raise PackError("%s ended early at offset %d (truncated?)." % (self.path, offset + got))
+            got += n
+        drop_behind(self.fd, self.floor, offset + length)
+        return delta
+
+
+class SourceReader:
+    """Reads rows of one layer's weight and scale tensors into RowBuffers."""
+
+    def __init__(self, weight_path: str, weight_offset: int, scale_path: str, scale_offset: int, n: int,
+                 direct: bool = True):
+        self.weight_offset, self.scale_offset = weight_offset, scale_offset
+        self.weights = _AlignedFile(weight_path, weight_offset, weight_offset + n * WEIGHT_BYTES, direct)
+        try:
+            self.scales = _AlignedFile(scale_path, scale_offset, scale_offset + n * SCALE_BYTES, direct)
+        except BaseException:
+            self.weights.close()
+            raise
+
+    @property
+    def direct(self) -> bool:
+        return self.weights.direct and self.scales.direct
+
+    def close(self) -> None:
+        self.weights.close()
+        self.scales.close()
+
+    def read(self, buf: RowBuffer, first_row: int, rows: int) -> None:
+        """Fill ``buf`` with rows [first_row, first_row+rows) (absolute row numbers of the layer)."""
+        wdelta = self.weights.read(buf.wmem, self.weight_offset + first_row * WEIGHT_BYTES, rows * WEIGHT_BYTES)
+        sdelta = self.scales.read(buf.smem, self.scale_offset + first_row * SCALE_BYTES, rows * SCALE_BYTES)
+        buf.set_deltas(wdelta, sdelta)
+
+
+def interleave(weights: bytes, scales: bytes, rows: int) -> bytes:
+    """Packed rows from ``rows`` weight rows (256 B) and scale rows (8 B), for small inputs (tests, tools)."""
+    return b"".join(weights[i * WEIGHT_BYTES:(i + 1) * WEIGHT_BYTES] + scales[i * SCALE_BYTES:(i + 1) * SCALE_BYTES]
+                    for i in range(rows))

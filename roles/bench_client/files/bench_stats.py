@@ -1,1 +1,0 @@
-../../../module_utils/bench_stats.py

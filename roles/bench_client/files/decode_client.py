@@ -1,1 +1,0 @@
-../../../module_utils/decode_client.py

@@ -1,1 +1,0 @@
-../../../module_utils/prompt_catalog.py

@@ -1,1 +1,0 @@
-../../../../module_utils/engram_packer.py

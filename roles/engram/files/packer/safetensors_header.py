@@ -1,1 +1,0 @@
-../../../../module_utils/safetensors_header.py
