@@ -141,6 +141,9 @@ def main() -> None:
         module.fail_json(msg="nested_play runs on the controller and needs ansible-runner (requirements.txt): "
                              "run it in a localhost play with the project's venv")
     os.makedirs(p["run_dir"], exist_ok=True)
+    # Who runs this nested play, for a resumed caller that finds it still running (campaign.yml -e resume=...).
+    with open(os.path.join(p["run_dir"], "nested.pid"), "w") as fh:
+        fh.write(f"{os.getpid()}\n")
     env = dict(p["env"], SPARKFLEET_RUN_DIR=p["run_dir"])
     result = run(p["playbook"], os.path.join(p["run_dir"], "runner"), inventory=p["inventory"],
                  extra_vars=p["extra_vars"], extra_vars_files=p["extra_vars_files"],

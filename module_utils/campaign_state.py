@@ -162,6 +162,24 @@ def next_action(state: dict, catalog: dict[str, dict], now: dt.datetime) -> dict
             "experiment_doc": doc, "window": window}
 
 
+def nested_run(state: dict, step: dict, slots: int = 4) -> tuple[str, dict]:
+    """(playbook, extra vars) of a rung's nested run: rollout.yml with the plan's rollout variables for a
+    rollout rung; baseline.yml or bench.yml for a measurement (the curve up to the incumbent's slots)."""
+    r = rung(state, step["rung"])
+    settings = dict(state["plan"].get("rollout") or {})
+    types = settings.get("rollout_types") or ["prose", "code"]
+    bench = {"bench_types": types, "bench_concurrency": settings.get("rollout_concurrency") or [1, 2, 4],
+             "bench_reps": settings.get("rollout_reps", 5), "bench_warmup": settings.get("rollout_warmup", 2),
+             "bench_max_tokens": settings.get("rollout_max_tokens", 64), "bench_ignore_errors": True}
+    if r["kind"] == "baseline":
+        return "baseline.yml", dict(bench, bench_label="baseline",
+                                    baseline_require_quiet="quiesce" in (state.get("kept") or []))
+    if r["kind"] == "curve":
+        conc = [c for c in r.get("concurrency") or [1, 2, 4] if c <= max(int(slots), 1)]
+        return "bench.yml", dict(bench, bench_label="curve", bench_types=r.get("types") or types, bench_concurrency=conc)
+    return "rollout.yml", dict(settings, window_confirmed=True, **(step.get("rollout") or {}))
+
+
 def _by_name(state: dict, name: str) -> dict:
     """The rollout's way to name an experiment: its file when the plan's catalog holds it outside experiments/."""
     path = (state.get("paths") or {}).get(name)

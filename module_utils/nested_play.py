@@ -17,8 +17,6 @@ import time
 from typing import Any, Optional
 
 IDENT = "nested"
-# ansible-runner replaces the callback path with its own: the project's callbacks (run_record) go back in.
-_PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def command_line(extra_vars_files: list[str] = (), vault_password_files: list[str] = (), vault_ids: list[str] = (),
@@ -60,14 +58,17 @@ def failures(events: list[dict]) -> list[dict]:
 def run(playbook: str, private_dir: str, inventory: Optional[list[str]] = None, extra_vars: Optional[dict] = None,
         extra_vars_files: list[str] = (), vault_password_files: list[str] = (), vault_ids: list[str] = (),
         tags: list[str] = (), skip_tags: list[str] = (), env: Optional[dict] = None, limit: Optional[str] = None,
-        check: bool = False, diff: bool = False, project_dir: str = _PROJECT) -> dict[str, Any]:
-    """Run ``playbook`` to its end; {rc, status, ok, stats, failures, stdout_tail, elapsed_s, artifacts}."""
+        check: bool = False, diff: bool = False, project_dir: Optional[str] = None) -> dict[str, Any]:
+    """Run ``playbook`` to its end; {rc, status, ok, stats, failures, stdout_tail, elapsed_s, artifacts}.
+    ``project_dir`` (default: the folder above the playbook's, the project's root) holds ansible.cfg."""
     import ansible_runner
 
     os.makedirs(private_dir, exist_ok=True)
+    project_dir = project_dir or os.path.dirname(os.path.dirname(os.path.abspath(playbook)))
+    # ansible-runner replaces the callback path with its own: the project's callbacks (run_record) go back in.
     envvars = {"ANSIBLE_CONFIG": os.environ.get("ANSIBLE_CONFIG") or os.path.join(project_dir, "ansible.cfg"),
                "ANSIBLE_CALLBACK_PLUGINS": os.path.join(project_dir, "plugins", "callback"),
-               "ANSIBLE_FORCE_COLOR": "0"}
+               "ANSIBLE_NOCOLOR": "1"}
     for key in ("SPARKFLEET_RUNS_DIR", "SPARKFLEET_TESTBED_ID", "SPARKFLEET_TESTBED_STATE", "ANSIBLE_HOME",
                 "ANSIBLE_VAULT_PASSWORD_FILE", "ANSIBLE_VAULT_IDENTITY_LIST", "PATH"):
         if os.environ.get(key):
