@@ -136,7 +136,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils import campaign_state as cs
 from ansible.module_utils.campaign_plan import PlanError, load_plan, rungs
-from ansible.module_utils.campaign_report import write as write_report
+from ansible.module_utils.campaign_report import overhead, write as write_report
 from ansible.module_utils.campaign_window import WindowError, deadline, estimate, hm
 from ansible.module_utils.experiments import data_yaml, trial_phase
 from ansible.module_utils.nested_play import progress as nested_progress
@@ -239,7 +239,9 @@ def main() -> None:
                     f": {fails[0].get('host')}: {fails[0].get('msg')}" if fails else ""))
                 if r["kind"] in ("baseline", "curve"):
                     result = {"outcome": "failed", "reasons": [note]}
-            cs.finish(state, p["rung"], now, result, note)
+            done = cs.finish(state, p["rung"], now, result, note)
+            if isinstance((p["nested"] or {}).get("elapsed_s"), (int, float)):
+                done["nested_s"] = float(p["nested"]["elapsed_s"])
             save(state)
         elif p["action"] == "skip":
             cs.skip(state, p["rung"], p["reason"])
@@ -266,7 +268,8 @@ def main() -> None:
         elif p["action"] == "report":
             if not state.get("finished") and not any(r["status"] in ("pending", "running") for r in state["rungs"]):
                 state["finished"] = now.isoformat()
-                save(state)
+            state["overhead"] = overhead(state, now)
+            save(state)
             if not module.check_mode:
                 rep = write_report(state, _catalog(state, p["catalog"]), run_dir)
                 out.update(report=rep["report"], plots=rep["plots"], summary=rep["summary"], changed=True)

@@ -189,6 +189,18 @@ def rollback_command(state: dict) -> str:
     return "nothing to roll back: no rung changed the fleet"
 
 
+def overhead(state: dict, now: dt.datetime) -> dict:
+    """The campaign's own time: from its start (the plan loaded) to now, less the time its rungs' nested runs
+    took (boots, benchmarks, the rollouts' own checks): the checkpoint verification, the rung loop's decisions,
+    state writes and progress polling latency. {wall_s, nested_s, overhead_s, percent}."""
+    start = dt.datetime.fromisoformat(state["started"])
+    wall = (now - start).total_seconds()
+    nested = sum(float(r.get("nested_s") or 0) for r in state["rungs"])
+    own = max(wall - nested, 0.0)
+    return {"wall_s": round(wall, 1), "nested_s": round(nested, 1), "overhead_s": round(own, 1),
+            "percent": round(100 * own / wall, 2) if wall > 0 else None}
+
+
 def build(state: dict, catalog: dict) -> dict:
     rows = [rung_row(r, r.get("run_dir") or "", catalog) for r in state["rungs"]]
     blocked = []
@@ -252,6 +264,11 @@ def markdown(state: dict, data: dict) -> str:
     out += [f"- {row['id']} {row['change']}: {row['reason']}" for row in data["not_reached"]] or ["None."]
     out += ["", "## Skipped", ""]
     out += [f"- {row['id']} {row['change']}: {row['reason']}" for row in data["skipped"]] or ["None."]
+    cost = state.get("overhead") or {}
+    if cost.get("percent") is not None:
+        out += ["", "## The campaign's own time", "",
+                f"{cost['overhead_s']:.0f} s of {cost['wall_s']:.0f} s ({cost['percent']:.1f}%) outside the rungs' nested "
+                f"runs ({cost['nested_s']:.0f} s): checkpoint verification, decisions, state writes, polling latency."]
     out += ["", "## Roll the whole campaign back", "", "```", data["rollback"], "```", "",
             "Evidence per rung: rungs/<rung>/ (rollout.md, rollout.json, restore-point.json, boot-logs/, bench-*.json); "
             "plots in plots/; the state in campaign-state.json.", ""]
