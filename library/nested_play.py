@@ -10,7 +10,7 @@ description:
   - Runs O(playbook) with the caller's inventory, vault and extra vars through ansible-runner
     (C(module_utils/nested_play.py)), to its end, and returns rc, status, per-host stats and every failure
     with its own message.
-  - The nested run writes its own run record: its C(SPARKFLEET_RUN_DIR) is O(run_dir).
+  - The nested run writes its own run record in O(run_dir) (its C(SPARKFLEET_RUN_DIR)).
   - "Runs on the controller (a localhost play). Use C(async) with C(poll: 0) and follow it to print progress
     during a long run."
 version_added: "1.1.0"
