@@ -62,6 +62,16 @@ options:
     description: The nested run's result (O(action=finish)), for its failures when it left no decision.
     type: dict
     default: {}
+  results_file:
+    description: For O(action=progress), the rung's async job results file; the step waits up to O(wait_s) for it to end.
+    type: path
+  pid_file:
+    description: For O(action=progress), the nested run's pid file; a job whose process is gone has ended.
+    type: path
+  wait_s:
+    description: For O(action=progress), seconds to wait for the job to end before answering.
+    type: int
+    default: 0
   slots:
     description: Request slots of the incumbent now (O(action=next)); the final curve stops at this concurrency.
     type: int
@@ -114,6 +124,10 @@ stopped:
   description: Why the campaign stopped early (the window, a fleet-level failure), or null.
   returned: always
   type: dict
+finished:
+  description: For O(action=progress), whether the rung's job has ended.
+  returned: action=progress
+  type: bool
 progress:
   description: For O(action=progress), one line saying stage, rung, arm, the nested task, elapsed and estimated time left.
   returned: action=progress
@@ -151,6 +165,33 @@ def _catalog(state: dict, catalog_dir: str) -> dict:
     return catalog
 
 
+def job_finished(results_file: str, pid_file: str | None, wait_s: int) -> bool:
+    """Wait up to wait_s for an async job (async_wrapper's results file) to end: ended when the file holds the
+    module's result rather than the {started: 1, finished: 0} placeholder, or when the job's process is gone."""
+    import time
+
+    end = time.monotonic() + max(wait_s, 0)
+    while True:
+        try:
+            with open(results_file) as fh:
+                data = json.load(fh)
+            if "started" not in data or data.get("finished"):
+                return True
+        except (OSError, ValueError):
+            pass
+        if pid_file:
+            try:
+                with open(pid_file) as fh:
+                    pid = int(fh.read().strip() or 0)
+                if pid > 0 and not os.path.exists(f"/proc/{pid}"):
+                    return True
+            except (OSError, ValueError):
+                pass
+        if time.monotonic() >= end:
+            return False
+        time.sleep(1)
+
+
 def _summary(state: dict) -> list[dict]:
     return [{k: r.get(k) for k in ("id", "kind", "experiment", "stage", "status", "outcome", "run_dir", "reason")}
             for r in state["rungs"]]
@@ -164,7 +205,8 @@ def main() -> None:
         window_end=dict(type="str"), kept=dict(type="list", elements="str", default=[]),
         resume=dict(type="bool", default=False), rung=dict(type="str"), reason=dict(type="str", default=""),
         step=dict(type="dict", default={}), nested=dict(type="dict", default={}),
-        slots=dict(type="int", default=4)), supports_check_mode=True)
+        slots=dict(type="int", default=4), results_file=dict(type="path"), pid_file=dict(type="path"),
+        wait_s=dict(type="int", default=0)), supports_check_mode=True)
     p = module.params
     run_dir, now, out = p["run_dir"], _now(), {"changed": False}
 
@@ -253,6 +295,7 @@ def main() -> None:
             cs.stop(state, p["reason"])
             save(state)
         elif p["action"] == "progress":
+            out["finished"] = job_finished(p["results_file"], p["pid_file"], p["wait_s"]) if p["results_file"] else False
             r = cs.rung(state, p["rung"])
             folder = r.get("run_dir") or cs.rung_dir(state, r)
             started = dt.datetime.fromisoformat(r["started"]) if r.get("started") else now
