@@ -87,7 +87,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 rc:
-  description: The nested ansible-playbook's exit status.
+  description: The nested ansible-playbook's exit status (the task does not fail on it unless O(fail_on_error)).
   returned: always
   type: int
   sample: 0
@@ -153,7 +153,9 @@ def main() -> None:
         module.fail_json(msg=f"{os.path.basename(p['playbook'])} failed (rc {result['rc']})"
                              + (f" on {first.get('host')} at {first.get('task')!r}: {first.get('msg')}" if first else ""),
                          changed=True, **result)
-    module.exit_json(changed=True, **result)
+    # A non-zero rc alone would make Ansible fail the task ("rc" convention): the nested play's failure is
+    # data here, for the caller to judge (fail_on_error=true fails instead).
+    module.exit_json(changed=True, failed=False, **result)
 
 
 if __name__ == "__main__":
