@@ -73,6 +73,11 @@ def run(playbook: str, private_dir: str, inventory: Optional[list[str]] = None, 
                 "ANSIBLE_VAULT_PASSWORD_FILE", "ANSIBLE_VAULT_IDENTITY_LIST", "PATH"):
         if os.environ.get(key):
             envvars[key] = os.environ[key]
+    # Run by ansible-runner itself (a rollout in the integration tests or in a campaign rung), the caller's
+    # display is runner's awx_display: the nested run must wrap the caller's original display, not itself.
+    if os.environ.get("ANSIBLE_STDOUT_CALLBACK") == "awx_display":
+        original = os.environ.get("ORIGINAL_STDOUT_CALLBACK") or "default"
+        envvars["ANSIBLE_STDOUT_CALLBACK"] = "default" if original == "awx_display" else original
     envvars.update({k: str(v) for k, v in (env or {}).items()})
     started = time.monotonic()
     r = ansible_runner.run(private_data_dir=private_dir, project_dir=project_dir, ident=IDENT,

@@ -40,3 +40,16 @@ def test_a_nested_play_gets_the_callers_extra_vars_and_returns_its_result_as_dat
 def test_the_command_line_quotes_every_value():
     assert command_line(["/a b/v.json"], ["/p w"], tags=["clock_lock", "x"]) == \
         "-e '@/a b/v.json' --vault-password-file '/p w' --tags clock_lock,x"
+
+
+def test_a_nested_play_inside_an_ansible_runner_run_keeps_its_own_display(tmp_path, monkeypatch):
+    """A rollout run by ansible-runner (the integration tests, a campaign rung) runs its host change through
+    nested_play: the inherited ANSIBLE_STDOUT_CALLBACK=awx_display made the inner run's display load itself
+    ("awx_display has no attribute CallbackModule", rc 250; seen in test_rollout's failed-apply test)."""
+    monkeypatch.setenv("ANSIBLE_STDOUT_CALLBACK", "awx_display")
+    monkeypatch.setenv("ORIGINAL_STDOUT_CALLBACK", "default")
+    (tmp_path / "play.yml").write_text(PLAY)
+    out = run(str(tmp_path / "play.yml"), str(tmp_path / "runner"), inventory=["localhost,"],
+              extra_vars={"greeting": "hello", "name": "spark1"})
+    assert out["rc"] == 0, out["stdout_tail"]
+    assert "hello spark1" in out["stdout_tail"]
