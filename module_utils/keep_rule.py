@@ -208,13 +208,31 @@ def judge(experiment: dict, ranks: Sequence[dict], incumbent=None, candidate=Non
     return result
 
 
+def attribute_failures(failures: Sequence[dict], ranks: dict | None = None) -> list[dict]:
+    """[{host, rank, task, msg}] of a nested run's failures ({host, task, msg}, as module_utils/nested_play.py
+    returns them): a refusal raised on the controller (localhost, run_once) that names one fleet host is
+    attributed to that host and its rank, not to the controller."""
+    import re
+
+    out = []
+    for f in failures or []:
+        msg = " ".join(str(f.get("msg") or "failed").split())
+        host = str(f.get("host"))
+        if host not in (ranks or {}):
+            named = [h for h in (ranks or {}) if re.search(rf"(?<![\w.-]){re.escape(h)}(?![\w.-])", msg)]
+            if len(named) == 1:
+                host = named[0]
+        out.append({"host": host, "rank": (ranks or {}).get(host, "?"), "task": f.get("task") or "", "msg": msg[:400]})
+    return out
+
+
 def apply_failures(stdout: str, ranks: dict | None = None) -> list[dict]:
     """The failures an ansible-playbook run printed (`fatal: [host]: FAILED! => {json}`), as
     [{host, rank, task, msg}] with the message itself, not the escaped JSON around it."""
     import json
     import re
 
-    out, task = [], ""
+    raw, task = [], ""
     for line in (stdout or "").splitlines():
         t = re.match(r"TASK \[(.*)\]", line)
         if t:
@@ -229,16 +247,8 @@ def apply_failures(stdout: str, ranks: dict | None = None) -> list[dict]:
         msg = body.get("msg") if isinstance(body, dict) else None
         if not isinstance(msg, str) or not msg:
             msg = (body.get("stderr") or body.get("stdout") or "failed") if isinstance(body, dict) else "failed"
-        msg = " ".join(str(msg).split())
-        host = m.group(1)
-        if host not in (ranks or {}):
-            # A refusal raised on the controller (localhost, run_once) names the fleet host it is about:
-            # attribute it to that host and its rank, not to the controller.
-            named = [h for h in (ranks or {}) if re.search(rf"(?<![\w.-]){re.escape(h)}(?![\w.-])", msg)]
-            if len(named) == 1:
-                host = named[0]
-        out.append({"host": host, "rank": (ranks or {}).get(host, "?"), "task": task, "msg": msg[:400]})
-    return out
+        raw.append({"host": m.group(1), "task": task, "msg": msg})
+    return attribute_failures(raw, ranks)
 
 
 def summary(result: dict, run_dir: str) -> str:

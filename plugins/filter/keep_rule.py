@@ -7,7 +7,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "module_utils"))
-from keep_rule import apply_failures, autotune_comparable, decide, judge, summary  # noqa: E402
+from keep_rule import apply_failures as _parse_failures, attribute_failures, autotune_comparable, decide, judge, summary  # noqa: E402
 
 
 def keep_decision(candidate, incumbent, guards=(), comparable=True, timing_valid=True, seed=0):
@@ -31,20 +31,26 @@ def _plain(value):
 
 
 def rollout_judge(experiment, hosts, ranks, roles, restore, checks, incumbent=None, candidate=None,
-                  smoke_answer="", kv_tolerance_mib=64, apply_failed=False, apply_stdout=""):
+                  smoke_answer="", kv_tolerance_mib=64, apply_failed=False, apply_stdout="", apply_failures=None):
     """The rollout's decision from the lists playbooks/rollout.yml gathers (one entry per rank of groups['fleet']);
     ``checks``: each rank's _rollout_checks ({} when it never booted; its 'candidate' entry is used)."""
     candidate_checks = [(c or {}).get("candidate") if hasattr(c or {}, "get") else None for c in checks]
     rows = [{"host": h, "rank": r, "role": role, "restore": _plain(rp or {}), "candidate": _plain(c) if c else None}
             for h, r, role, rp, c in zip(hosts, ranks, roles, restore, candidate_checks)]
-    fails = apply_failures(str(apply_stdout or ""), dict(zip(hosts, ranks))) if apply_failed else []
+    # The host change's nested run (nested_play) returns its failures as data; older callers pass its stdout.
+    if not apply_failed:
+        fails = []
+    elif apply_failures is not None:
+        fails = attribute_failures(_plain(apply_failures), dict(zip(hosts, ranks)))
+    else:
+        fails = _parse_failures(str(apply_stdout or ""), dict(zip(hosts, ranks)))
     return judge(_plain(experiment), rows, _plain(incumbent) if incumbent else None,
                  _plain(candidate) if candidate else None, str(smoke_answer), int(kv_tolerance_mib),
                  fails, bool(apply_failed))
 
 
 def rollout_apply_failures(stdout, ranks=None):
-    return apply_failures(str(stdout or ""), _plain(ranks or {}))
+    return _parse_failures(str(stdout or ""), _plain(ranks or {}))
 
 
 def rollout_summary(result, run_dir):

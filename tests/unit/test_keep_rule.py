@@ -72,7 +72,7 @@ def test_the_filter_plugin_gives_the_same_verdict():
 
 
 # --- the whole decision: gates, guards, memory ledger, keep rule ---------------------------------------
-from ansible.module_utils.keep_rule import MIB, apply_failures, judge, kv_available_bytes, summary  # noqa: E402
+from ansible.module_utils.keep_rule import MIB, apply_failures, attribute_failures, judge, kv_available_bytes, summary  # noqa: E402
 
 GB_KV = 8.84  # docs/reference.md section 7: available_bytes=8.84 GB
 
@@ -186,3 +186,19 @@ def test_a_refusal_raised_on_the_controller_is_attributed_to_the_fleet_host_it_n
            'fatal: [localhost]: FAILED! => {"changed": false, "msg": "spark1 and spark12 both refused"}\n')
     fails = apply_failures(out, {"spark1": 0, "spark2": 1, "spark12": 11})
     assert [(f["host"], f["rank"]) for f in fails] == [("spark2", 1), ("localhost", "?")]
+
+
+def test_a_nested_runs_failures_as_data_are_attributed_the_same_way():
+    """Issue 25 item 6: nested_play returns the host change's failures as data ({host, task, msg}); the
+    rollout_judge filter attributes them like the parsed output (a controller refusal naming one host)."""
+    from plugins.filter.keep_rule import rollout_judge
+
+    data = [{"host": "localhost", "task": "Refuse", "msg": "spark2 rank 1: 63 GiB needed,\n 20 GiB free"},
+            {"host": "spark3", "task": "Pack", "msg": "disk full"}]
+    fails = attribute_failures(data, {"spark2": 1, "spark3": 2})
+    assert fails == [{"host": "spark2", "rank": 1, "task": "Refuse", "msg": "spark2 rank 1: 63 GiB needed, 20 GiB free"},
+                     {"host": "spark3", "rank": 2, "task": "Pack", "msg": "disk full"}]
+    r = rollout_judge(exp(), ["spark2", "spark3"], [1, 2], ["worker", "worker"], [{}, {}], [{}, {}],
+                      smoke_answer="42", apply_failed=True, apply_failures=data)
+    assert r["outcome"] == "failed" and r["reasons"][0] == ("applying the change failed on spark2 (rank 1): "
+                                                            "spark2 rank 1: 63 GiB needed, 20 GiB free")

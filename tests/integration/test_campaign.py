@@ -1,0 +1,191 @@
+"""The unattended campaign on the testbed (playbooks/campaign.yml, docs/campaign.md): rungs decided by the keep
+rule with the simulator's calibrated effects (docs/reference.md section 10), a window that closes mid-plan, a
+controller killed mid-rung and resumed, bad input refused before any change."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import ROOT, ensure_testbed, run_playbook, state_dir
+
+pytestmark = pytest.mark.testbed
+PLANS = Path(__file__).parent / "fixtures" / "campaigns"
+INCUMBENT = ROOT / "inventory" / "testbed" / "group_vars" / "all" / "incumbent.yml"
+# As in test_rollout.py: a quarter of real time keeps the benchmark's noise near 1%.
+SLOW_SIM = 'engine_env_incumbent:\n  SIM_TIME_SCALE: "0.25"\n  SIM_RENDEZVOUS_TIMEOUT_S: "20"\n'
+
+
+@pytest.fixture
+def serving_fleet():
+    ensure_testbed(fresh=True)
+    INCUMBENT.write_text(SLOW_SIM)
+    start = run_playbook("engine.yml")
+    assert start.rc == 0, start.stdout[-2000:]
+    yield
+    INCUMBENT.unlink(missing_ok=True)
+
+
+def campaign(plan: str, window_end: str = "2h", **extra):
+    run = run_playbook("campaign.yml", extravars={"window_confirmed": True, "window_end": window_end,
+                                                  "campaign_plan": str(PLANS / plan), **extra})
+    state = json.loads(Path(run.run_dir, "campaign-state.json").read_text()) if run.run_dir and \
+        Path(run.run_dir, "campaign-state.json").is_file() else {}
+    return run, state
+
+
+def outcomes(state: dict) -> dict:
+    return {r["id"]: (r["status"], r.get("outcome")) for r in state["rungs"]}
+
+
+def container_env(host, name: str) -> list:
+    return json.loads(host(name).check_output("docker container inspect "
+                                              + ("dsv41-head" if name == "spark1" else "dsv41-worker")))[0]["Config"]["Env"]
+
+
+def test_a_three_rung_campaign_keeps_its_winner_and_reports_the_night(serving_fleet, host):
+    started = time.monotonic()
+    run, state = campaign("testbed-3.yml")
+    wall = time.monotonic() - started
+    assert run.rc == 0, run.stdout[-4000:]
+    assert outcomes(state) == {"01-pack_engram": ("done", "kept"), "02-folded_fence": ("done", "reverted"),
+                               "03-dspark_block_5": ("done", "reverted"), "04-keep_best": ("skipped", None),
+                               "05-combination": ("skipped", None)}, outcomes(state)
+    assert state["kept"] == ["pack_engram"] and "pack_engram" in INCUMBENT.read_text()
+    assert "DSPARK_BLOCK_SIZE=5" not in container_env(host, "spark2")
+    report = Path(run.run_dir, "REPORT.md").read_text()
+    assert "| 01-pack_engram | A | pack_engram | prose c1: " in report and "| kept |" in report
+    assert "04-keep_best keep_best: no single experiment won its trial" in report
+    cumulative = report.split("## Cumulative gain")[1].split("##")[0]
+    assert "(first baseline, 01-pack_engram/bench-incumbent.json)" in cumulative
+    assert "(final configuration, 01-pack_engram/bench-candidate.json)" in cumulative
+    assert Path(run.run_dir, "plots", "rungs.png").is_file() and Path(run.run_dir, "plots", "cumulative.png").is_file()
+    # progress lines during the rungs, and a closing summary under 40 lines
+    assert "stage A, rung 1/5 01-pack_engram (host): " in run.stdout and "elapsed, about" in run.stdout
+    summary = [r for r in run.results(task="Summary") if r.get("msg")][0]["msg"]
+    assert len(summary) < 40 and summary[-1] == "Fleet proven on its incumbent: yes"
+    print(f"3-rung campaign: {wall:.0f} s wall; the campaign's own time {state.get('overhead')}")
+
+
+def test_bad_input_is_refused_before_any_change(testbed, tmp_path):
+    cycle = tmp_path / "cycle"
+    cycle.mkdir()
+    for name, prereq in (("loop_a", "loop_b"), ("loop_b", "loop_a")):
+        (cycle / f"{name}.yml").write_text(
+            f"name: {name}\nstage: H\ndescription: x\napply: {{env: {{DSV41_{name.upper()}: '1'}}}}\n"
+            f"prerequisites: [{prereq}]\nmarkers_on: []\nmarkers_off: []\nmemory: {{delta_mib_per_rank: 0}}\n"
+            "exact_outputs: true\nworkloads: {types: [prose], concurrency: [1], primary: {type: prose, concurrency: 1}}\n")
+    plan = ("name: bad\nexperiments: [{}]\ncatalog: [{}]\nrung_budget_s: 60\nrestore_budget_s: 30\n")
+    (tmp_path / "unknown.yml").write_text(plan.format("folded_fence, warp_drive", str(cycle)))
+    (tmp_path / "cycle.yml").write_text(plan.format("loop_a, loop_b", str(cycle)))
+    for plan_file, window, text in ((tmp_path / "unknown.yml", "2h", "unknown experiment 'warp_drive'"),
+                                    (tmp_path / "cycle.yml", "2h", "prerequisite cycle: loop_a -> loop_b -> loop_a"),
+                                    (PLANS / "testbed-3.yml", "2020-01-01T06:00", "window_end=2020-01-01T06:00 is already over"),
+                                    (PLANS / "testbed-3.yml", "4m", "less than one rung and its restore")):
+        run = run_playbook("campaign.yml", extravars={"window_confirmed": True, "window_end": window,
+                                                      "campaign_plan": str(plan_file)})
+        assert run.rc != 0 and text in run.stdout and "Nothing was changed." in run.stdout, (text, run.stdout[-2000:])
+        assert not run.results(module="engine_container") and not run.results(module="nested_play")
+    run = run_playbook("campaign.yml", extravars={"window_end": "2h"})
+    assert run.rc != 0 and "-e window_confirmed=true" in run.stdout
+
+
+@pytest.mark.slow
+def test_a_busy_fleet_is_refused_before_any_change(serving_fleet):
+    """A request in flight on the head: the campaign's read-only fleet check refuses (the rollout's own check)."""
+    import threading
+    import urllib.request
+
+    specs = json.loads((state_dir() / "state.json").read_text())["specs"]
+    url = f"http://{[s for s in specs if s['rank'] == 0][0]['address']}:8888/v1/chat/completions"
+    body = json.dumps({"model": "DeepSeek-V4.1-Flash", "max_tokens": 4000, "temperature": 0,
+                       "messages": [{"role": "user", "content": "Write a long story about the sea."}]}).encode()
+    busy = threading.Thread(target=lambda: urllib.request.urlopen(
+        urllib.request.Request(url, body, {"Content-Type": "application/json"}), timeout=600).read(), daemon=True)
+    busy.start()
+    time.sleep(3)
+    run, _ = campaign("testbed-3.yml")
+    assert run.rc != 0 and "a rollout needs an idle fleet. Nothing was changed." in run.stdout, run.stdout[-2000:]
+    assert not run.results(module="nested_play")
+
+
+@pytest.mark.slow
+def test_the_window_closes_mid_plan_and_the_fleet_stays_on_its_proven_incumbent(serving_fleet, host):
+    run, state = campaign("testbed-3.yml", window_end="10m")
+    assert run.rc == 0, run.stdout[-3000:]
+    statuses = [r["status"] for r in state["rungs"]]
+    assert "not_reached" in statuses, outcomes(state)
+    assert state["stopped"] and "the window closes" in state["stopped"]["reason"]
+    report = Path(run.run_dir, "REPORT.md").read_text()
+    section = report.split("## Not reached before the window closed")[1].split("##")[0]
+    assert "02-folded_fence" in section or "03-dspark_block_5" in section
+    # the fleet serves the incumbent it was proven on (pack_engram kept, or nothing)
+    assert not any("DSPARK_BLOCK_SIZE=5" in e or "DSV41_FOLDED_FENCE=1" in e for e in container_env(host, "spark1"))
+    assert "Fleet proven on its incumbent: yes" in run.stdout
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_controller_mid_rung_then_resume(serving_fleet, host):
+    """The controller dies in the middle of rung 2 (kill -9 of ansible-playbook); -e resume=<run folder> proves
+    or restores the fleet, finishes the rung from its own evidence or runs it again, never reruns rung 1, and
+    ends as an uninterrupted campaign does (the cap kept, the report complete)."""
+    runs = Path(os.environ.get("SPARKFLEET_RUNS_DIR") or ROOT / "runs")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), SPARKFLEET_RUNS_DIR=str(runs),
+               SPARKFLEET_TESTBED_STATE=str(state_dir()),
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    playbook = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), str(ROOT / "playbooks" / "campaign.yml"),
+                "-i", str(ROOT / "inventory" / "testbed"), "-e", "window_confirmed=true", "-e", "window_end=2h",
+                "-e", f"campaign_plan={PLANS / 'testbed-3.yml'}"]
+    before = set(os.listdir(runs)) if runs.is_dir() else set()
+    proc = subprocess.Popen(playbook, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    folder = None
+    deadline = time.monotonic() + 1800
+    while time.monotonic() < deadline:
+        new = sorted(d for d in set(os.listdir(runs)) - before if d.endswith("-campaign"))
+        if new:
+            folder = runs / new[-1]
+            rung2 = folder / "rungs" / "02-folded_fence"
+            if (rung2 / "boot-logs" / "candidate").is_dir():
+                break
+        time.sleep(2)
+    assert folder is not None, "the campaign never reached rung 2"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed = json.loads((folder / "campaign-state.json").read_text())
+    assert [r["status"] for r in killed["rungs"]][:2] == ["done", "running"]
+    resumed = run_playbook("campaign.yml", extravars={"window_confirmed": True, "resume": str(folder)})
+    assert resumed.rc == 0, resumed.stdout[-4000:]
+    state = json.loads((folder / "campaign-state.json").read_text())
+    assert outcomes(state) == {"01-pack_engram": ("done", "kept"), "02-folded_fence": ("done", "reverted"),
+                               "03-dspark_block_5": ("done", "reverted"), "04-keep_best": ("skipped", None),
+                               "05-combination": ("skipped", None)}, outcomes(state)
+    assert state["rungs"][0]["started"] == killed["rungs"][0]["started"], "rung 1 must not run again"
+    assert "DSV41_FOLDED_FENCE=1" not in container_env(host, "spark1") and "pack_engram" in INCUMBENT.read_text()
+    assert "## Roll the whole campaign back" in (folder / "REPORT.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_six_rung_campaign_gets_every_verdict_right(serving_fleet, host):
+    run, state = campaign("testbed-6.yml", window_end="3h")
+    got = outcomes(state)
+    assert got["01-folded_fence"] == ("done", "reverted")
+    assert got["02-wo_a_w8"] == ("done", "failed")           # spark3's KV budget cannot hold the twins
+    assert got["03-prefetch_direct"] == ("done", "kept")     # won its trial
+    assert got["04-wo_a_drop"][0] == "skipped"               # its parent was not kept
+    assert got["05-verify_cap_conf01"] == ("done", "kept")   # won its trial
+    assert got["06-mem_fraction_099"] == ("done", "failed")  # NV_ERR_NO_MEMORY
+    assert got["07-slots_8"][0] == "done" and state["rungs"][6]["kind"] == "operator_call"
+    assert got["08-keep_best"] == ("done", "kept") and got["09-combination"][0] == "done"
+    report = Path(run.run_dir, "REPORT.md").read_text()
+    assert "BOOT FAILED in" in report and "NV_ERR_NO_MEMORY" in report
+    logs = Path(state["rungs"][5]["run_dir"], "boot-logs", "candidate")
+    assert "NV_ERR_NO_MEMORY" in (logs / "spark2-rank1-dsv41-worker.log").read_text()
+    assert "slots_8" in report.split("## Operator's call")[1].split("##")[0]
+    assert "slots_8" not in state["kept"] and "MAX_RUNNING_REQUESTS=8" not in container_env(host, "spark1")
+    assert run.rc == 0, run.stdout[-3000:]
