@@ -422,7 +422,7 @@ def test_testbed_serving_env_is_the_fleets_plus_simulator_keys():
     testbed = yaml.safe_load((ROOT / "inventory/testbed/group_vars/all/engine.yml").read_text())
     assert not [k for k in fleet["engine_env"] if k.startswith("SIM_")], "testbed keys must stay out of the fleet"
     assert {k: v for k, v in testbed["engine_env"].items() if not k.startswith("SIM_")} == fleet["engine_env"]
-    assert testbed["engine_env"]["SIM_TIME_SCALE"] == "0.05"
+    assert testbed["engine_env"]["SIM_TIME_SCALE"] == "0.25"
     assert testbed["engine_env_per_rank"] == fleet["engine_env_per_rank"]
     assert fleet["engine_env"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:False"
 
