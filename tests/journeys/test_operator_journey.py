@@ -69,6 +69,8 @@ def test_baseline_refuses_a_busy_node_then_measures_after_the_printed_fix():
     assert run.returncode != 0 and "spark3 is busy: display manager" in run.stdout and fix in run.stdout, run.stdout[-3000:]
     ok(fix)
     ok("ansible-playbook playbooks/baseline.yml")
+    # The incumbent's boot must see the freed memory before a memory-changing rollout (docs/rollouts.md).
+    ok("ansible-playbook playbooks/engine.yml -e engine_state=restarted")
 
 
 def test_a_memory_changing_rollout_is_kept():

@@ -67,6 +67,7 @@ def test_rollback_of_the_host_change_refuses_then_runs_the_printed_command():
 def test_a_memory_changing_change_is_kept_when_the_ledger_matches():
     # spark3's desktop holds GPU memory on the seed testbed (docs/simulator.md): stop it first (docs/rollouts.md, docs/host-tuning.md).
     ok("ansible-playbook playbooks/site.yml -e headless_stop_display_now=true")
+    ok("ansible-playbook playbooks/engine.yml -e engine_state=restarted")
     RUNS["w8"], result = rollout("ansible-playbook playbooks/rollout.yml -e experiment=wo_a_w8 -e window_confirmed=true")
     assert result["outcome"] == "kept", result
     assert all(m["checked"] and m["ok"] for m in result["memory"].values()), result["memory"]
