@@ -193,6 +193,11 @@ container:
            status: running, running: true, exit_code: 0, started_at: "2026-11-29T10:01:02.123456Z",
            finished_at: "0001-01-01T00:00:00Z", env: {NODE_RANK: "1", TP_SIZE: "3"},
            mounts: ["/home/zurih/.cache:/root/.cache"]}
+container_after:
+  description: The container as this run left it (C(null) when absent), read back after the change and the wait;
+    same keys as RV(container). What the run record keeps as the rank's state.
+  returned: when not in check mode
+  type: dict
 image_id:
   description: Id of the desired image on this host.
   returned: when state is started
@@ -266,6 +271,7 @@ from ansible.module_utils.engine_container import (
     EngineContainerError,
     apply,
     check_desired,
+    current_summary,
     parse_mount,
     plan,
     verify_created,
@@ -400,6 +406,10 @@ def main() -> None:
                        "; the boot showed no autotune retuning, so the ordinary timeout applied")
             fail(f"no line matching {p['wait_for']!r} after {waited.timeout:g} s (the container still runs{why})\n"
                  f"last lines:\n{last}")
+    try:
+        result["container_after"] = current_summary(docker, desired)
+    except EngineContainerError as exc:
+        fail(f"reading the container back after {the_plan.action} failed: {exc}", **exc.facts)
     done()
 
 

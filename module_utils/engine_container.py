@@ -249,6 +249,15 @@ def container_summary(container: Optional[dict], image_env: dict, desired_keys) 
             "mounts": [m.spec() for m in mounts_of(container)]}
 
 
+def current_summary(docker: Docker, desired: Desired) -> Optional[dict]:
+    """The container as it is now (``container_summary`` of a fresh inspect; None when absent)."""
+    container = docker.container(desired.name)
+    if container is None:
+        return None
+    own_image = docker.image(container.get("Image", "")) if container.get("Image") else None
+    return container_summary(container, env_of(((own_image or {}).get("Config") or {}).get("Env")), desired.env)
+
+
 # ---------------------------------------------------------------- plan and apply
 
 @dataclass

@@ -161,8 +161,9 @@ class CallbackModule(CallbackBase):
             elif module in ("boot_log_info", "boot_log_facts") and res.get("kv"):
                 entry["kv"] = res["kv"]
                 entry["autotune"] = res.get("autotune")
-            elif module == "engine_container" and res.get("container"):
-                entry["container"] = res["container"]
+            elif module == "engine_container" and ("container_after" in res or res.get("container")):
+                # The container as the run left it (container_after; check mode has only the one before).
+                entry["container"] = res["container_after"] if "container_after" in res else res["container"]
         return summary
 
     def v2_playbook_on_stats(self, stats):

@@ -195,9 +195,9 @@ def test_a_hung_engine_is_not_live_its_logs_are_kept_and_nothing_is_restarted():
 
 
 def test_a_boot_that_retunes_gets_the_autotune_readiness_timeout():
-    # Every boot of this fleet retunes (keep off, caches disagree); SIM_AUTOTUNE_S=60 simulated seconds per kind
-    # at SIM_TIME_SCALE 0.05: ~6 s of tuning before the ready line, twice the ordinary timeout of 3 s.
-    slow = dict(engine_env=serving_env(SIM_AUTOTUNE_S="60"), preflight_skip=True, engine_ready_timeout_s=3,
+    # Every boot of this fleet retunes (keep off, caches disagree); SIM_AUTOTUNE_S=12 simulated seconds per kind
+    # at SIM_TIME_SCALE 0.25: ~6 s of tuning before the ready line, twice the ordinary timeout of 3 s.
+    slow = dict(engine_env=serving_env(SIM_AUTOTUNE_S="12"), preflight_skip=True, engine_ready_timeout_s=3,
                 engine_state="restarted")
     run = play("engine.yml", extravars=dict(slow, engine_autotune_ready_timeout_s=120))
     assert run.rc == 0, run.stdout[-3000:]

@@ -15,9 +15,9 @@ from tests.integration.conftest import ROOT, ensure_testbed, locked, run_playboo
 pytestmark = pytest.mark.testbed
 FIXTURES = Path(__file__).parent / "fixtures"
 INCUMBENT = ROOT / "inventory" / "testbed" / "group_vars" / "all" / "incumbent.yml"
-# The simulator at a quarter of real time: steps of ~25 ms keep the benchmark's noise near 1%; a rank that
-# never joins fails the others' rendezvous after 20 s instead of 90.
-SLOW_SIM = 'engine_env_incumbent:\n  SIM_TIME_SCALE: "0.25"\n  SIM_RENDEZVOUS_TIMEOUT_S: "20"\n'
+# The simulator at the testbed's default time scale (0.25: 25 ms steps, docs/simulator.md); a rank that never
+# joins fails the others' rendezvous after 20 s instead of 90.
+SLOW_SIM = 'engine_env_incumbent:\n  SIM_RENDEZVOUS_TIMEOUT_S: "20"\n'
 FAST = {"rollout_types": ["prose"], "rollout_concurrency": [1], "rollout_reps": 5, "rollout_warmup": 1,
         "rollout_max_tokens": 48, "window_confirmed": True}
 
@@ -123,6 +123,38 @@ def test_a_memory_changing_experiment_is_kept_when_the_ledger_matches(serving_cl
         assert abs(led["change_bytes"] + 688 * 1048576) <= 64 * 1048576, (host, led)
     assert "wo_a_w8" in INCUMBENT.read_text()
     assert "wo_a_w8: KEPT." in run.stdout
+
+
+def test_a_no_effect_change_is_reverted_at_the_testbeds_default_time_scale(serving_fleet):
+    """Issue 20 item 10: at the inventory's SIM_TIME_SCALE a neutral change (folded_fence: no modelled effect)
+    measures ~1.00 against an incumbent whose CV is well under the 1.5 % the testbed promises, so the keep
+    rule's bar stays near 1.01-1.03 and the change is reverted (at 0.05 the CV was 2.8-6.7 % and such a change
+    was sometimes kept)."""
+    run, result = rollout(experiment="folded_fence")
+    assert run.rc == 0 and result["outcome"] == "reverted", (result, run.stdout[-3000:])
+    decision = result["decision"]
+    assert decision["incumbent_cv"] <= 0.015, decision
+    assert decision["threshold"] <= 1.03 and 0.97 <= decision["ratio"] <= 1.03, decision
+    assert any("gain not shown" in r for r in result["reasons"]), result["reasons"]
+    assert result["restore_ok"]
+
+
+@pytest.mark.slow
+def test_decisions_repeat_five_of_five(serving_clean_fleet):
+    """Issue 20 item 10, repeatably: five trials (measured and decided from the same incumbent, then always
+    restored) of a neutral change are reverted and five of wo_a_w8 (the fp8 twins: ~-7.5 ms of a ~98 ms
+    step in the model, +8 %) are kept; every incumbent CV stays under 1.5 %."""
+    outcomes = {"folded_fence": [], "wo_a_w8": []}
+    for _ in range(5):
+        for name in outcomes:
+            run, result = rollout(experiment=name, rollout_trial=True)
+            assert run.rc == 0 and result["restore_ok"], (name, result, run.stdout[-3000:])
+            outcomes[name].append((result["outcome"], result["decision"]["ratio"], result["decision"]["incumbent_cv"]))
+    assert [o for o, _, _ in outcomes["folded_fence"]] == ["reverted"] * 5, outcomes
+    assert [o for o, _, _ in outcomes["wo_a_w8"]] == ["kept"] * 5, outcomes
+    assert all(cv <= 0.015 for runs in outcomes.values() for _, _, cv in runs), outcomes
+    assert all(ratio > 1.05 for _, ratio, _ in outcomes["wo_a_w8"]), outcomes
+    print(json.dumps(outcomes))
 
 
 def test_a_failed_apply_ends_with_a_short_summary(serving_fleet):

@@ -15,6 +15,7 @@ import pytest
 from tests.integration.conftest import ensure_testbed, host, state_dir  # noqa: F401  (host: a fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
+INCUMBENT = ROOT / "inventory" / "testbed" / "group_vars" / "all" / "incumbent.yml"
 
 
 def sh(command: str, timeout: int = 1800) -> subprocess.CompletedProcess:
@@ -41,3 +42,16 @@ def seed_testbed():
         pytest.skip("the testbed needs root")
     ensure_testbed(fresh=True)
     yield
+
+
+@pytest.fixture(scope="module")
+def incumbent_left_as_found():
+    """The journey's rollouts write the testbed's incumbent file (the operator's kept configuration): start
+    from none, put back what was there at the end."""
+    before = INCUMBENT.read_text() if INCUMBENT.exists() else None
+    INCUMBENT.unlink(missing_ok=True)
+    yield
+    if before is None:
+        INCUMBENT.unlink(missing_ok=True)
+    else:
+        INCUMBENT.write_text(before)

@@ -422,7 +422,7 @@ def test_testbed_serving_env_is_the_fleets_plus_simulator_keys():
     testbed = yaml.safe_load((ROOT / "inventory/testbed/group_vars/all/engine.yml").read_text())
     assert not [k for k in fleet["engine_env"] if k.startswith("SIM_")], "testbed keys must stay out of the fleet"
     assert {k: v for k, v in testbed["engine_env"].items() if not k.startswith("SIM_")} == fleet["engine_env"]
-    assert testbed["engine_env"]["SIM_TIME_SCALE"] == "0.05"
+    assert testbed["engine_env"]["SIM_TIME_SCALE"] == "0.25"
     assert testbed["engine_env_per_rank"] == fleet["engine_env_per_rank"]
     assert fleet["engine_env"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:False"
 
@@ -504,3 +504,16 @@ def test_secrets_never_appear_in_the_result_or_the_diff(docker):
     # The container itself got the real values.
     created = docker.containers["dsv41-worker"]["Config"]["Env"]
     assert "HF_TOKEN=hf_new_secret_3" in created and "MY_CRED=cred_new_4" in created
+
+
+def test_the_result_carries_the_container_as_it_is_after_the_run(docker, env_files):
+    """Issue 20 item 8: `container` is the container before the run (a restarted engine's was exited by the
+    fleet's stop), `container_after` the one the run left (running): record.json shows the latter."""
+    docker.add_container("dsv41-worker", ENV, MOUNTS, running=False, log=["old"])
+    out = run_module(MODULE, args(env_files=env_files)).result
+    assert out["container"]["status"] == "exited"
+    assert out["container_after"]["status"] == "running" and out["container_after"]["running"] is True
+    stopped = run_module(MODULE, {"name": "dsv41-worker", "state": "stopped", "stop_timeout": 5}).result
+    assert stopped["container"]["running"] is True and stopped["container_after"]["status"] == "exited"
+    gone = run_module(MODULE, {"name": "dsv41-worker", "state": "absent"}).result
+    assert gone["container_after"] is None

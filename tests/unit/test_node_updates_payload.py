@@ -17,7 +17,8 @@ PLAYBOOK = ROOT / "playbooks" / "node_updates.yml"
 
 def _smoke_play(tmp: Path, fleet_image: str) -> Path:
     canary = next(p for p in yaml.safe_load(PLAYBOOK.read_text()) if p.get("name") == "Update the canary first")
-    smoke = next(t for t in canary["tasks"] if t["name"].startswith("Smoke-test this node"))
+    tasks = [t for task in canary["tasks"] for t in task.get("block", [task])]   # the node's tasks sit in a block
+    smoke = next(t for t in tasks if t["name"].startswith("Smoke-test this node"))
     smoke = {k: v for k, v in smoke.items() if k != "when"}
     play = [{"name": "smoke", "hosts": "localhost", "connection": "local", "gather_facts": False,
              "vars": {**canary["vars"], "fleet_image": fleet_image, "ansible_python_interpreter": sys.executable},

@@ -28,3 +28,24 @@ def test_record_inventory_is_rendered(tmp_path):
     data = json.loads(record.read_text())
     assert data["inventory"]["n1"]["ansible_host"] == "10.9.8.11"
     assert data["inventory"]["n1"]["fleet_rank"] == 0
+
+
+def test_record_keeps_each_ranks_container_as_the_run_left_it():
+    """Issue 20 item 8: after a restart (stop every rank, then start) the last engine_container result's
+    `container` is the stopped one; the record keeps `container_after`, the running one."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("sparkfleet_run_record", ROOT / "plugins" / "callback" / "run_record.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    callback = mod.CallbackModule()
+    exited, running = {"name": "dsv41-head", "status": "exited"}, {"name": "dsv41-head", "status": "running"}
+    callback.record = {"results": [
+        {"host": "spark1", "module": "engine_container", "status": "ok", "task": "Stop",
+         "result": {"container": dict(running), "container_after": dict(exited)}},
+        {"host": "spark1", "module": "engine_container", "status": "ok", "task": "Start",
+         "result": {"container": dict(exited), "container_after": dict(running)}},
+        {"host": "spark2", "module": "engine_container", "status": "ok", "task": "Compare (check mode)",
+         "result": {"container": dict(running)}}]}
+    summary = callback._fleet_summary()
+    assert summary["spark1"]["container"]["status"] == "running"
+    assert summary["spark2"]["container"]["status"] == "running"
