@@ -49,6 +49,9 @@ def container_env(host, name: str) -> list:
                                               + ("dsv41-head" if name == "spark1" else "dsv41-worker")))[0]["Config"]["Env"]
 
 
+# Slow for now: its first full run on the merged tree has not been seen yet (issue 23 stays open); it moves
+# back into `make test` once it is measured against CI's 60-minute budget.
+@pytest.mark.slow
 def test_a_three_rung_campaign_keeps_its_winner_and_reports_the_night(serving_fleet, host):
     started = time.monotonic()
     run, state = campaign("testbed-3.yml")
