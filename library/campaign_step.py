@@ -1,4 +1,7 @@
 #!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: sparkfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """campaign_step: the campaign's decisions (module_utils/campaign_*.py) for playbooks/campaign.yml."""
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ description:
     O(action=report) writes REPORT.md, the plots and the terminal summary.
   - "Runs on the controller (a localhost play)."
 version_added: "1.1.0"
-author: sparkfleet
+author: sparkfleet contributors (!UNKNOWN)
 options:
   action:
     description: The step.

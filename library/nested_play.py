@@ -1,4 +1,7 @@
 #!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: sparkfleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """nested_play: run a playbook of the project as a nested play and return its result as data."""
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ description:
   - "Runs on the controller (a localhost play). Use C(async) with C(poll: 0) and follow it to print progress
     during a long run."
 version_added: "1.1.0"
-author: sparkfleet
+author: sparkfleet contributors (!UNKNOWN)
 options:
   playbook:
     description: Path of the playbook to run.
@@ -58,7 +61,8 @@ options:
     default: false
 attributes:
   check_mode:
-    support: none
+    support: partial
+    details: In check mode the nested play is not run at all; the module returns C(skipped) and changes nothing.
     description: A nested play changes what its playbook changes; in check mode nothing runs and C(skipped) is returned.
   diff_mode:
     support: none
