@@ -176,7 +176,11 @@ def test_a_failing_canary_leaves_the_other_nodes_untouched(testbed, host):
         "node_updates_canary": "spark2",
         "node_updates_upgrade_command": "sh -c 'echo E: Sub-process /usr/bin/dpkg returned an error code (1) >&2; exit 100'"})
     assert run.rc != 0
-    assert [f["host"] for f in run.record()["failures"]] == ["spark2"]
+    failures = run.record()["failures"]
+    # the upgrade's own failure (rescued), then the stop with the fleet's state: both on the canary only
+    assert [f["host"] for f in failures] == ["spark2", "spark2"], failures
+    assert failures[0]["task"] == "Upgrade this node"
+    assert "node_updates STOPPED at spark2" in failures[-1]["msg"] and "Not updated: spark1, spark3" in failures[-1]["msg"]
     touched = {h for h, _ in run.changed()}
     assert touched == {"spark2"}, run.changed()
     assert _holds(host, "spark2")    # the canary got as far as holding its packages
