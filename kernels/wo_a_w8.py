@@ -43,7 +43,7 @@ import triton.language as tl
 from . import wo_a_gluon as _gluon
 from . import wo_a_tc as _tc
 from .wo_a_gluon import GluonConfig, RingConfig
-from .wo_a_tc import TcConfig, store_tile
+from .wo_a_tc import TcConfig, exponent_words, store_tile, tile_origin, token_ptrs
 
 __all__ = [
     "BLOCK",
@@ -333,12 +333,7 @@ def _wo_a_kernel(
     pid_m = tl.program_id(0)
     pid_gr = tl.program_id(1)
     pid_k = tl.program_id(2)
-    n_rt = R // BLOCK_R
-    g = pid_gr // n_rt
-    rt = pid_gr % n_rt
-    r0 = rt * BLOCK_R
-    k0 = pid_k * k_per_split
-    nkb_total = D // 32
+    g, r0, k0 = tile_origin(pid_gr, pid_k, R, BLOCK_R, k_per_split)
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_k = tl.arange(0, BLOCK_K)
@@ -354,10 +349,9 @@ def _wo_a_kernel(
     j3 = tl.arange(0, NSUB)[:, None, None]
     w3 = tl.arange(0, NW)[None, :, None]
     sh3 = tl.arange(0, 4)[None, None, :] * 8
-    e_words = e_ptr.to(tl.pointer_type(tl.int32))
-    e_ptrs = e_words + (g * (R // 32) * nkb_total + (r0 // 32 + j3) * nkb_total + k0 // 32) // 4 + w3
+    e_ptrs = exponent_words(e_ptr, g, r0 + j3 * 32, R, D, k0) + w3
     m_mask = offs_m[:, None] < M
-    x_ptrs = x_ptr + offs_m[:, None].to(tl.int64) * stride_xm + g * stride_xg + k0 + offs_k[None, :]
+    x_ptrs = token_ptrs(x_ptr, offs_m, stride_xm, g, stride_xg, k0, offs_k)
 
     if SWAP_AB and not FMA:
         acc = tl.zeros([BLOCK_M, BLOCK_R], dtype=tl.float32)
@@ -420,21 +414,16 @@ def _wo_a_acc_kernel(
     pid_m = tl.program_id(0)
     pid_gr = tl.program_id(1)
     pid_k = tl.program_id(2)
-    n_rt = R // BLOCK_R
-    g = pid_gr // n_rt
-    r0 = (pid_gr % n_rt) * BLOCK_R
-    k0 = pid_k * k_per_split
-    nkb_total = D // 32
+    g, r0, k0 = tile_origin(pid_gr, pid_k, R, BLOCK_R, k_per_split)
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_r = tl.arange(0, BLOCK_R)
     offs_c = tl.arange(0, 32)
     w_ptrs = w_ptr + g * R * D + (r0 + offs_r)[:, None] * D + k0 + offs_c[None, :]
-    x_ptrs = x_ptr + offs_m[:, None].to(tl.int64) * stride_xm + g * stride_xg + k0 + offs_c[None, :]
+    x_ptrs = token_ptrs(x_ptr, offs_m, stride_xm, g, stride_xg, k0, offs_c)
     m_mask = offs_m[:, None] < M
     # one int32 word holds the exponents of four consecutive K blocks of one 32-row block
-    e_words = e_ptr.to(tl.pointer_type(tl.int32))
-    e_ptrs = e_words + (g * (R // 32) + (r0 + offs_r) // 32) * (nkb_total // 4) + k0 // 128
+    e_ptrs = exponent_words(e_ptr, g, r0 + offs_r, R, D, k0)
 
     if SWAP_AB:
         acc = tl.zeros([BLOCK_M, BLOCK_R], dtype=tl.float32)
