@@ -75,33 +75,6 @@ def candidates(m: int, groups: int, sms: int = 132, narrow: bool = False) -> lis
     return out
 
 
-def fp8_candidates(m: int, groups: int, sms: int = 132) -> list[T.TcConfig]:
-    """Tilings of the fp8 x fp8 kernel (``fp8_x``: x as two e4m3 terms, the weight's raw e4m3 tiles
-    straight into wgmma, block scales on the fp32 partials): one token tile up to 64 rows (and 32-token
-    tiles for more programs), 64/128 above, 128/256 for prefill; weight rows 64/128 (32 with x as A);
-    3-4 stages; split-K sized for about 1 to 3 programs per SM."""
-    if m <= 64:
-        bts = sorted({max(16, _p2(m)), 32} if m > 32 else {max(16, _p2(m))})
-    elif m <= 192:
-        bts = [64, 128]
-    else:
-        bts = [128, 256]
-    out = []
-    for bt, w_as_a, br in itertools.product(bts, (True, False), (32, 64, 128)):
-        if (w_as_a and br < 64) or bt * br > 256 * 128 or (m > 192 and br < 64):
-            continue
-        warps = 4 if bt * br <= 64 * 64 else 8
-        tiles = -(-m // bt) * groups * (R // br)
-        splits = sorted({s for s in (1, 2, 4, 8, 16) if tiles * s <= 3 * sms and D % (128 * s) == 0}
-                        | ({1} if tiles >= sms else set()))
-        splits = [s for s in splits if tiles * s >= sms // 2 or s == max(splits)][-2:]
-        for split, stages in itertools.product(splits, (3, 4)):
-            c = T.TcConfig(bt, br, 128, split, warps, stages, w_as_a=w_as_a, bf16_scale=False, fp8_x=True)
-            if c.fits(R, D):
-                out.append(c)
-    return out
-
-
 def choose_tables(rows: list[dict], mid_max_m: int = K.MID_MAX_M, margin: float = 0.05) -> dict:
     """The dispatcher's ``TC_TABLE`` and ``PREFILL_BATCHED`` from the sweep's rows. Per G and swept M (a
     bucket from the previous swept M + 1 up to this M; the last bucket has no upper end) a challenger
@@ -186,7 +159,6 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=min(15, os.cpu_count() or 1))
     ap.add_argument("--deadline", type=float, default=420.0)
     ap.add_argument("--narrow", action="store_true", help="the narrowed candidates, bf16 and fp32 scale multiply")
-    ap.add_argument("--fp8", action="store_true", help="the fp8 x fp8 kernel's tilings (fp8_candidates) instead of the bf16-dequantising ones")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     t0 = time.time()
@@ -198,7 +170,7 @@ def main() -> int:
     sms = info["sms"]
     tasks, seen = [], set()
     for g, m in itertools.product(args.groups, args.ms):
-        for c in (fp8_candidates(m, g, sms) if args.fp8 else candidates(m, g, sms, args.narrow)):
+        for c in candidates(m, g, sms, args.narrow):
             if compile_key(c) not in seen:
                 seen.add(compile_key(c))
                 tasks.append((g, m, asdict(c)))
@@ -244,7 +216,7 @@ def main() -> int:
                 result["rows"].append({**base, "path": "prefill_batched" if batched else "prefill_per_group",
                                        "dequant_block_k": bk, **r})
             best = None
-            for c in (fp8_candidates(m, groups, sms) if args.fp8 else candidates(m, groups, sms, args.narrow)):
+            for c in candidates(m, groups, sms, args.narrow):
                 if time.time() - t0 > args.deadline:
                     result["cut_at_deadline"] = True
                     break

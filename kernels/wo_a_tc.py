@@ -51,6 +51,13 @@ def exponent_words(e_ptr, g, offs_r, R, D, k0):
 
 
 @triton.jit
+def weight_ptrs(w_ptr, g, rows, R, D, k0, cols):
+    """Pointers to the e4m3 weight values of group g at rows ``rows`` and K columns ``k0 + cols``
+    (broadcast shapes: ``rows`` carries the row axes, ``cols`` the K axes)."""
+    return w_ptr + g * R * D + rows * D + k0 + cols
+
+
+@triton.jit
 def token_ptrs(x_ptr, offs_t, stride_xm, g, stride_xg, k0, offs_k):
     """[tokens, K] pointers into x (any token and group strides, unit last stride; 64-bit token offsets)."""
     return x_ptr + offs_t[:, None].to(tl.int64) * stride_xm + g * stride_xg + k0 + offs_k[None, :]
@@ -106,7 +113,7 @@ def _tc_kernel(
     offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     offs_r = r0 + tl.arange(0, BLOCK_R)
     offs_k = tl.arange(0, BLOCK_K)
-    w_ptrs = w_ptr + g * R * D + offs_r[:, None] * D + k0 + offs_k[None, :]
+    w_ptrs = weight_ptrs(w_ptr, g, offs_r[:, None], R, D, k0, offs_k[None, :])
     x_ptrs = token_ptrs(x_ptr, offs_t, stride_xm, g, stride_xg, k0, offs_k)
     t_mask = offs_t[:, None] < M
     # the exponent words of each row's 32-row block: [BLOCK_R, NW], four K blocks per word
@@ -172,7 +179,7 @@ def _tc_sub_kernel(
     offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     offs_r = r0 + tl.arange(0, BLOCK_R)
     offs_c = tl.arange(0, 32)
-    w_ptrs = w_ptr + g * R * D + offs_r[:, None] * D + k0 + offs_c[None, :]
+    w_ptrs = weight_ptrs(w_ptr, g, offs_r[:, None], R, D, k0, offs_c[None, :])
     x_ptrs = token_ptrs(x_ptr, offs_t, stride_xm, g, stride_xg, k0, offs_c)
     t_mask = offs_t[:, None] < M
     e_ptrs = exponent_words(e_ptr, g, offs_r, R, D, k0)[:, None]
@@ -212,100 +219,6 @@ def _tc_sub_kernel(
                BLOCK_T, BLOCK_R, USE_SPLIT, SPLIT)
 
 
-@triton.jit
-def _quant_x_kernel(x_ptr, q_ptr, s_ptr, G, D, lo_off, stride_xm, stride_xg, BLOCK_D: tl.constexpr):
-    """One (token, group) row of x -> two e4m3 terms and one fp32 scale: x ~= s * (hi + lo).
-
-    s = amax / 448 (1 for an all-zero row), hi = e4m3(x / s), lo = e4m3(x / s - hi), both rounded to
-    nearest: |x - s (hi + lo)| <= 2**-8 |x| + s 2**-10 (lo's subnormal step), bf16 level. The terms go
-    to q[0] and q[1] (contiguous [M, G, D] each), s to s[t * G + g]."""
-    row = tl.program_id(0)
-    t = row // G
-    g = row % G
-    offs = tl.arange(0, BLOCK_D)
-    mask = offs < D
-    x = tl.load(x_ptr + t.to(tl.int64) * stride_xm + g * stride_xg + offs, mask=mask, other=0.0).to(tl.float32)
-    amax = tl.max(tl.abs(x), axis=0)
-    s = tl.where(amax > 0, amax / 448.0, 1.0)
-    xs = tl.minimum(tl.maximum(x / s, -448.0), 448.0)
-    hi = xs.to(tl.float8e4nv, fp_downcast_rounding="rtne")
-    lo = (xs - hi.to(tl.float32)).to(tl.float8e4nv, fp_downcast_rounding="rtne")
-    q = q_ptr + row.to(tl.int64) * D + offs
-    tl.store(q, hi, mask=mask)
-    tl.store(q + lo_off, lo, mask=mask)
-    tl.store(s_ptr + row, s)
-
-
-@triton.jit(do_not_specialize=["M"])
-def _f8_kernel(
-    q_ptr, s_ptr, w_ptr, e_ptr, y_ptr, ws_ptr, sem_ptr,
-    M, G, R, D, lo_off, k_per_split, split_k,
-    stride_ym, stride_yg,
-    BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
-    W_AS_A: tl.constexpr, USE_SPLIT: tl.constexpr, SPLIT: tl.constexpr, INTERPRET: tl.constexpr,
-):
-    """fp8 x fp8 tensor-core tiles (issue 26): x as two e4m3 terms (:func:`_quant_x_kernel`) against
-    the twin's raw e4m3 tiles, no dequantisation of the weight. Per 32-wide K block the two dots
-    (hi, then lo into the same fp32 partial) see raw values; the partial is multiplied by the block's
-    power-of-two scale (exact) and added to the accumulator (DeepGEMM's promotion, per 32x32 block);
-    the epilogue multiplies by the token's scale. Both operands go global -> shared -> wgmma untouched."""
-    NW: tl.constexpr = BLOCK_K // 128
-    pid_t = tl.program_id(0)
-    pid_gr = tl.program_id(1)
-    pid_k = tl.program_id(2)
-    g, r0, k0 = tile_origin(pid_gr, pid_k, R, BLOCK_R, k_per_split)
-    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-    offs_r = r0 + tl.arange(0, BLOCK_R)
-    offs_c = tl.arange(0, 32)
-    w_ptrs = w_ptr + g * R * D + offs_r[:, None] * D + k0 + offs_c[None, :]
-    h_ptrs = q_ptr + offs_t[:, None].to(tl.int64) * (G * D) + g * D + k0 + offs_c[None, :]
-    t_mask = offs_t[:, None] < M
-    e_ptrs = exponent_words(e_ptr, g, offs_r, R, D, k0)
-
-    if W_AS_A:
-        acc = tl.zeros([BLOCK_R, BLOCK_T], dtype=tl.float32)
-    else:
-        acc = tl.zeros([BLOCK_T, BLOCK_R], dtype=tl.float32)
-    for _ in range(0, k_per_split, BLOCK_K):
-        for wi in tl.static_range(NW):
-            word = tl.load(e_ptrs + wi)
-            for b in tl.static_range(4):
-                j = wi * 4 + b
-                w8 = tl.load(w_ptrs + j * 32)
-                xh = tl.load(h_ptrs + j * 32, mask=t_mask, other=0.0)
-                xl = tl.load(h_ptrs + lo_off + j * 32, mask=t_mask, other=0.0)
-                scale = (((word >> (8 * b)) & 0xFF) << 23).to(tl.float32, bitcast=True)
-                if INTERPRET:
-                    # the interpreter has no fp8 dot; every e4m3 value is exact in fp32
-                    wf = w8.to(tl.float32)
-                    xf = xh.to(tl.float32) + xl.to(tl.float32)
-                    if W_AS_A:
-                        part = tl.dot(wf, tl.trans(xf), input_precision="ieee")
-                    else:
-                        part = tl.dot(xf, tl.trans(wf), input_precision="ieee")
-                elif W_AS_A:
-                    part = tl.dot(w8, tl.trans(xh))
-                    part = tl.dot(w8, tl.trans(xl), part)
-                else:
-                    part = tl.dot(xh, tl.trans(w8))
-                    part = tl.dot(xl, tl.trans(w8), part)
-                if W_AS_A:
-                    acc += part * scale[:, None]
-                else:
-                    acc += part * scale[None, :]
-        w_ptrs += BLOCK_K
-        h_ptrs += BLOCK_K
-        e_ptrs += NW
-
-    sx = tl.load(s_ptr + offs_t * G + g, mask=offs_t < M, other=0.0)
-    if W_AS_A:
-        acc = acc * sx[None, :]
-    else:
-        acc = tl.trans(acc * sx[:, None])
-    store_tile(acc, y_ptr, ws_ptr, sem_ptr, M, split_k, stride_ym, stride_yg, g, r0, offs_t, pid_gr, pid_t, pid_k,
-               BLOCK_T, BLOCK_R, USE_SPLIT, SPLIT)
-
-
 @dataclass(frozen=True)
 class TcConfig:
     """Tiles and launch parameters of one ``tc`` launch (see the module docstring)."""
@@ -319,7 +232,6 @@ class TcConfig:
     w_as_a: bool = True
     bf16_scale: bool = True
     sub_blocks: bool = False  # one dot per 32-wide K block (_tc_sub_kernel) instead of per block_k
-    fp8_x: bool = False  # x as two e4m3 terms against the raw e4m3 weight (_f8_kernel; bf16_scale unused)
 
     def fits(self, rows: int, cols: int) -> bool:
         """Whether these tiles divide an R x D weight exactly (the kernel masks tokens, not R or K)."""
@@ -328,8 +240,6 @@ class TcConfig:
             return False
         if self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1:
             return False
-        if self.fp8_x and self.sub_blocks:
-            return False  # the fp8 kernel always runs one dot pair per 32-wide K block
         return rows % self.block_r == 0 and cols % (self.block_k * self.split_k) == 0
 
     def grid(self, m: int, groups: int, rows: int) -> tuple[int, int, int]:
@@ -354,22 +264,6 @@ def launch(x: torch.Tensor, values: torch.Tensor, exponents: torch.Tensor, semap
         ws = torch.empty(tiles * cfg.split_k * cfg.block_r * cfg.block_t, dtype=torch.float32, device=x.device)
     else:
         ws = y  # unused
-    if cfg.fp8_x:
-        # x -> two e4m3 terms and one fp32 scale per (token, group): a scratch freed with the call
-        q = torch.empty((2, m, groups, d), dtype=torch.float8_e4m3fn, device=x.device)
-        sx = torch.empty((m, groups), dtype=torch.float32, device=x.device)
-        lo_off = m * groups * d
-        _quant_x_kernel[(m * groups,)](x, q, sx, groups, d, lo_off, x.stride(0), x.stride(1),
-                                       BLOCK_D=triton.next_power_of_2(d), num_warps=4)
-        _f8_kernel[grid](
-            q, sx, values, exponents, y, ws, semaphores,
-            m, groups, r, d, lo_off, d // cfg.split_k, cfg.split_k,
-            y.stride(0), y.stride(1),
-            BLOCK_T=cfg.block_t, BLOCK_R=cfg.block_r, BLOCK_K=cfg.block_k, W_AS_A=cfg.w_as_a,
-            USE_SPLIT=use_split, SPLIT=cfg.split_k, INTERPRET=interpreting(),
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        )
-        return y
     kernel = _tc_sub_kernel if cfg.sub_blocks else _tc_kernel
     kernel[grid](
         x, values, exponents, y, ws, semaphores,

@@ -43,7 +43,7 @@ import triton.language as tl
 from . import wo_a_gluon as _gluon
 from . import wo_a_tc as _tc
 from .wo_a_gluon import GluonConfig, RingConfig
-from .wo_a_tc import TcConfig, exponent_words, store_tile, tile_origin, token_ptrs
+from .wo_a_tc import TcConfig, exponent_words, store_tile, tile_origin, token_ptrs, weight_ptrs
 
 __all__ = [
     "BLOCK",
@@ -342,7 +342,7 @@ def _wo_a_kernel(
     b4 = tl.arange(0, NKB)[None, None, :, None]
     c4 = tl.arange(0, 32)[None, None, None, :]
 
-    w_ptrs = w_ptr + g * R * D + (r0 + j4 * 32 + i4) * D + k0 + b4 * 32 + c4
+    w_ptrs = weight_ptrs(w_ptr, g, r0 + j4 * 32 + i4, R, D, k0, b4 * 32 + c4)
     # Scales are read as int32 words (four exponents each): byte loads are not pipelined by Triton and
     # would stall every iteration for a full memory latency; words ride the cp.async pipeline.
     NW: tl.constexpr = NKB // 4
@@ -419,7 +419,7 @@ def _wo_a_acc_kernel(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_r = tl.arange(0, BLOCK_R)
     offs_c = tl.arange(0, 32)
-    w_ptrs = w_ptr + g * R * D + (r0 + offs_r)[:, None] * D + k0 + offs_c[None, :]
+    w_ptrs = weight_ptrs(w_ptr, g, (r0 + offs_r)[:, None], R, D, k0, offs_c[None, :])
     x_ptrs = token_ptrs(x_ptr, offs_m, stride_xm, g, stride_xg, k0, offs_c)
     m_mask = offs_m[:, None] < M
     # one int32 word holds the exponents of four consecutive K blocks of one 32-row block
@@ -777,6 +777,34 @@ def _dequant_kernel(w_ptr, e_ptr, out_ptr, D, BLOCK_K: tl.constexpr):
     scale = (ex << 23).to(tl.float32, bitcast=True)
     w = tl.load(w_ptr + offs).to(tl.float32) * scale[None, :, None]
     tl.store(out_ptr + offs, w.to(tl.bfloat16))
+
+
+@triton.jit
+def _dequant_rows_kernel(w_ptr, e_ptr, out_ptr, D, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FLAT: tl.constexpr):
+    """Twin rows -> bf16, exact: program (ROWS rows, a multiple of 32; BLOCK_K columns). FLAT: a 2-D
+    [32, BLOCK_K] tile whose column scales are loaded per column (repeated addresses, L1 hits);
+    else the tile is viewed as [ROWS/32, 32, BLOCK_K/32, 32] so each block meets its scale by broadcast."""
+    NRB: tl.constexpr = ROWS // 32
+    NKB: tl.constexpr = BLOCK_K // 32
+    rb0 = tl.program_id(0) * NRB
+    k0 = tl.program_id(1) * BLOCK_K
+    if FLAT:
+        cols = k0 + tl.arange(0, BLOCK_K)
+        offs = (rb0 * 32 + tl.arange(0, 32))[:, None].to(tl.int64) * D + cols[None, :]
+        ex = tl.load(e_ptr + rb0 * (D // 32) + cols // 32).to(tl.int32)
+        scale = (ex << 23).to(tl.float32, bitcast=True)
+        w = tl.load(offs + w_ptr).to(tl.float32) * scale[None, :]
+        tl.store(out_ptr + offs, w.to(tl.bfloat16))
+    else:
+        j = tl.arange(0, NRB)[:, None, None, None]
+        i = tl.arange(0, 32)[None, :, None, None]
+        b = tl.arange(0, NKB)[None, None, :, None]
+        c = tl.arange(0, 32)[None, None, None, :]
+        offs = ((rb0 + j) * 32 + i).to(tl.int64) * D + k0 + b * 32 + c
+        ex = tl.load(e_ptr + (rb0 + j) * (D // 32) + k0 // 32 + b).to(tl.int32)
+        scale = (ex << 23).to(tl.float32, bitcast=True)
+        w = tl.load(w_ptr + offs).to(tl.float32) * scale
+        tl.store(out_ptr + offs, w.to(tl.bfloat16))
 
 
 def dequantize_group(twin: Twin, g: int, out: torch.Tensor | None = None) -> torch.Tensor:
