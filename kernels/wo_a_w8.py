@@ -779,34 +779,6 @@ def _dequant_kernel(w_ptr, e_ptr, out_ptr, D, BLOCK_K: tl.constexpr):
     tl.store(out_ptr + offs, w.to(tl.bfloat16))
 
 
-@triton.jit
-def _dequant_rows_kernel(w_ptr, e_ptr, out_ptr, D, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FLAT: tl.constexpr):
-    """Twin rows -> bf16, exact: program (ROWS rows, a multiple of 32; BLOCK_K columns). FLAT: a 2-D
-    [32, BLOCK_K] tile whose column scales are loaded per column (repeated addresses, L1 hits);
-    else the tile is viewed as [ROWS/32, 32, BLOCK_K/32, 32] so each block meets its scale by broadcast."""
-    NRB: tl.constexpr = ROWS // 32
-    NKB: tl.constexpr = BLOCK_K // 32
-    rb0 = tl.program_id(0) * NRB
-    k0 = tl.program_id(1) * BLOCK_K
-    if FLAT:
-        cols = k0 + tl.arange(0, BLOCK_K)
-        offs = (rb0 * 32 + tl.arange(0, 32))[:, None].to(tl.int64) * D + cols[None, :]
-        ex = tl.load(e_ptr + rb0 * (D // 32) + cols // 32).to(tl.int32)
-        scale = (ex << 23).to(tl.float32, bitcast=True)
-        w = tl.load(offs + w_ptr).to(tl.float32) * scale[None, :]
-        tl.store(out_ptr + offs, w.to(tl.bfloat16))
-    else:
-        j = tl.arange(0, NRB)[:, None, None, None]
-        i = tl.arange(0, 32)[None, :, None, None]
-        b = tl.arange(0, NKB)[None, None, :, None]
-        c = tl.arange(0, 32)[None, None, None, :]
-        offs = ((rb0 + j) * 32 + i).to(tl.int64) * D + k0 + b * 32 + c
-        ex = tl.load(e_ptr + (rb0 + j) * (D // 32) + k0 // 32 + b).to(tl.int32)
-        scale = (ex << 23).to(tl.float32, bitcast=True)
-        w = tl.load(w_ptr + offs).to(tl.float32) * scale
-        tl.store(out_ptr + offs, w.to(tl.bfloat16))
-
-
 def dequantize_group(twin: Twin, g: int, out: torch.Tensor | None = None) -> torch.Tensor:
     """The bf16 weight of group g ``[R, D]`` (exact), written into ``out`` (a contiguous scratch) if
     given: the prefill path's bounded scratch, one group at a time."""
