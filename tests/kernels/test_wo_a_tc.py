@@ -153,6 +153,17 @@ def test_tables_from_the_h200_sweep():
             assert b["path"] != "tc" or b["baseline_us"] is None or b["baseline"] == "mid", b
 
 
+def test_benchmark_flags_kernel_fallbacks():
+    """A kernel that fell back during a benchmark run is reported, and the run exits 1: the rows after
+    it were timed on the next path (a broken mid kernel once hid behind one log line)."""
+    import wo_a_bench as B
+
+    assert B.fallback_report({}) == ({}, [])
+    report, lines = B.fallback_report({("mid", "NVIDIA H200"): "CompilationError: at 18:4"})
+    assert report == {"mid on NVIDIA H200": "CompilationError: at 18:4"}
+    assert len(lines) == 1 and lines[0].startswith("FALLBACK: the mid on NVIDIA H200 kernel failed")
+
+
 @needs_gpu
 @pytest.mark.parametrize("groups", [2, 4])
 def test_tc_table_full_shape(groups, gen):
