@@ -75,6 +75,13 @@ def candidates(m: int, groups: int, sms: int = 132, narrow: bool = False) -> lis
     return out
 
 
+def tma_candidates(m: int, groups: int, sms: int = 132) -> list[T.TcConfig]:
+    """The narrowed tilings with the fp32 scale multiply, each also with its weight and x tiles loaded by
+    tensor descriptors (``tma``) at 3 and 4 stages: both forms timed in the same run."""
+    base = [c for c in candidates(m, groups, sms, narrow=True) if not c.bf16_scale]
+    return base + [replace(c, tma=True, num_stages=st) for c in base for st in (3, 4)]
+
+
 def choose_tables(rows: list[dict], mid_max_m: int = K.MID_MAX_M, margin: float = 0.05) -> dict:
     """The dispatcher's ``TC_TABLE`` and ``PREFILL_BATCHED`` from the sweep's rows. Per G and swept M (a
     bucket from the previous swept M + 1 up to this M; the last bucket has no upper end) a challenger
@@ -159,6 +166,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=min(15, os.cpu_count() or 1))
     ap.add_argument("--deadline", type=float, default=420.0)
     ap.add_argument("--narrow", action="store_true", help="the narrowed candidates, bf16 and fp32 scale multiply")
+    ap.add_argument("--tma", action="store_true", help="the narrowed fp32-scale candidates with and without descriptors")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     t0 = time.time()
@@ -170,7 +178,7 @@ def main() -> int:
     sms = info["sms"]
     tasks, seen = [], set()
     for g, m in itertools.product(args.groups, args.ms):
-        for c in candidates(m, g, sms, args.narrow):
+        for c in (tma_candidates(m, g, sms) if args.tma else candidates(m, g, sms, args.narrow)):
             if compile_key(c) not in seen:
                 seen.add(compile_key(c))
                 tasks.append((g, m, asdict(c)))
@@ -216,7 +224,7 @@ def main() -> int:
                 result["rows"].append({**base, "path": "prefill_batched" if batched else "prefill_per_group",
                                        "dequant_block_k": bk, **r})
             best = None
-            for c in candidates(m, groups, sms, args.narrow):
+            for c in (tma_candidates(m, groups, sms) if args.tma else candidates(m, groups, sms, args.narrow)):
                 if time.time() - t0 > args.deadline:
                     result["cut_at_deadline"] = True
                     break

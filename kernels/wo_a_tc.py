@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 K_WORD = 128
 """K tiles are multiples of 128: the block exponents are read as int32 words of four."""
@@ -160,6 +161,57 @@ def _tc_kernel(
 
 
 @triton.jit(do_not_specialize=["M"])
+def _tc_tma_kernel(
+    x_desc, w_desc, e_ptr, y_ptr, ws_ptr, sem_ptr,
+    M, R, D, k_per_split, split_k,
+    stride_ym, stride_yg,
+    BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+    W_AS_A: tl.constexpr, USE_SPLIT: tl.constexpr, SPLIT: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """:func:`_tc_kernel` (fp32 scale multiply) with the weight tile and the x tile loaded by the bulk
+    tensor copy engine (host tensor descriptors: w as [G*R, D], x as [M, G, D]; tokens past M read as
+    zeros) instead of per-thread cp.async addresses."""
+    NKB: tl.constexpr = BLOCK_K // 32
+    NW: tl.constexpr = BLOCK_K // 128
+    pid_t = tl.program_id(0)
+    pid_gr = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    g, r0, k0 = tile_origin(pid_gr, pid_k, R, BLOCK_R, k_per_split)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_r = r0 + tl.arange(0, BLOCK_R)
+    e_ptrs = exponent_words(e_ptr, g, offs_r, R, D, k0)[:, None] + tl.arange(0, NW)[None, :]
+    shifts = tl.arange(0, 4)[None, None, :] * 8
+
+    if W_AS_A:
+        acc = tl.zeros([BLOCK_R, BLOCK_T], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_T, BLOCK_R], dtype=tl.float32)
+    for kk in range(0, k_per_split, BLOCK_K):
+        w8 = w_desc.load([g * R + r0, k0 + kk])
+        xt = tl.reshape(x_desc.load([pid_t * BLOCK_T, g, k0 + kk]), [BLOCK_T, BLOCK_K])
+        words = tl.load(e_ptrs)
+        ex = tl.reshape((words[:, :, None] >> shifts) & 0xFF, [BLOCK_R, NKB])
+        scale = (ex << 23).to(tl.float32, bitcast=True)
+        wd = tl.reshape(tl.reshape(w8.to(tl.float32), [BLOCK_R, NKB, 32]) * scale[:, :, None],
+                        [BLOCK_R, BLOCK_K]).to(tl.bfloat16)
+        if INTERPRET:
+            if W_AS_A:
+                acc += tl.dot(wd.to(tl.float32), tl.trans(xt.to(tl.float32)), input_precision="ieee")
+            else:
+                acc += tl.dot(xt.to(tl.float32), tl.trans(wd.to(tl.float32)), input_precision="ieee")
+        elif W_AS_A:
+            acc = tl.dot(wd, tl.trans(xt), acc)
+        else:
+            acc = tl.dot(xt, tl.trans(wd), acc)
+        e_ptrs += NW
+
+    if not W_AS_A:
+        acc = tl.trans(acc)
+    store_tile(acc, y_ptr, ws_ptr, sem_ptr, M, split_k, stride_ym, stride_yg, g, r0, offs_t, pid_gr, pid_t, pid_k,
+               BLOCK_T, BLOCK_R, USE_SPLIT, SPLIT)
+
+
+@triton.jit(do_not_specialize=["M"])
 def _tc_sub_kernel(
     x_ptr, w_ptr, e_ptr, y_ptr, ws_ptr, sem_ptr,
     M, R, D, k_per_split, split_k,
@@ -232,6 +284,7 @@ class TcConfig:
     w_as_a: bool = True
     bf16_scale: bool = True
     sub_blocks: bool = False  # one dot per 32-wide K block (_tc_sub_kernel) instead of per block_k
+    tma: bool = False  # weight and x tiles by tensor descriptors (_tc_tma_kernel; fp32 scale multiply)
 
     def fits(self, rows: int, cols: int) -> bool:
         """Whether these tiles divide an R x D weight exactly (the kernel masks tokens, not R or K)."""
@@ -240,10 +293,17 @@ class TcConfig:
             return False
         if self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1:
             return False
+        if self.tma and (self.sub_blocks or self.bf16_scale):
+            return False  # the descriptor kernel is the reshaping kernel with the fp32 scale multiply
         return rows % self.block_r == 0 and cols % (self.block_k * self.split_k) == 0
 
     def grid(self, m: int, groups: int, rows: int) -> tuple[int, int, int]:
         return (-(-m // self.block_t), groups * (rows // self.block_r), self.split_k)
+
+
+def tma_ok(x: torch.Tensor) -> bool:
+    """Whether x can be read through a tensor descriptor (16-byte base and strides, unit last stride)."""
+    return x.data_ptr() % 16 == 0 and x.stride(2) == 1 and x.stride(0) % 8 == 0 and x.stride(1) % 8 == 0
 
 
 def launch(x: torch.Tensor, values: torch.Tensor, exponents: torch.Tensor, semaphores: torch.Tensor,
@@ -264,6 +324,21 @@ def launch(x: torch.Tensor, values: torch.Tensor, exponents: torch.Tensor, semap
         ws = torch.empty(tiles * cfg.split_k * cfg.block_r * cfg.block_t, dtype=torch.float32, device=x.device)
     else:
         ws = y  # unused
+    if cfg.tma:
+        if not tma_ok(x):
+            raise ValueError("the tc descriptor kernel needs x 16-byte aligned with token and group strides that "
+                             "are multiples of 8 elements")
+        w_desc = TensorDescriptor.from_tensor(values.view(groups * r, d), [cfg.block_r, cfg.block_k])
+        x_desc = TensorDescriptor(x, list(x.shape), list(x.stride()), [cfg.block_t, 1, cfg.block_k])
+        _tc_tma_kernel[grid](
+            x_desc, w_desc, exponents, y, ws, semaphores,
+            m, r, d, d // cfg.split_k, cfg.split_k,
+            y.stride(0), y.stride(1),
+            BLOCK_T=cfg.block_t, BLOCK_R=cfg.block_r, BLOCK_K=cfg.block_k, W_AS_A=cfg.w_as_a,
+            USE_SPLIT=use_split, SPLIT=cfg.split_k, INTERPRET=interpreting(),
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
+        return y
     kernel = _tc_sub_kernel if cfg.sub_blocks else _tc_kernel
     kernel[grid](
         x, values, exponents, y, ws, semaphores,

@@ -604,18 +604,21 @@ G=2 48 rows within the sweep's noise), so mid serves 33..192 rows. Chosen by
 
 
 # Issue 26, the tc path (kernels/wo_a_tc.py): per group count (other G: the G=4 entry), inclusive M ranges
-# served by one tensor-core tile launch, and its tiling. Chosen by benchmarks/wo_a_tc_sweep.py --narrow
-# (choose_tables, from docs/measurements/wo_a_issue26_tc_sweep_scale.json; H200, 8 rotated weight sets): a
-# range goes to tc only where its best tiling beat mid by more than 5%. The scale multiply runs in fp32
-# (e4m3 -> fp32 -> bf16; round 4: e4m3 -> bf16 goes through f16 on the conversion pipe), 0.65-2.7 us faster
-# at 24..192 rows than the bf16 multiply in the same sweep. G=2: 33..64 rows 11.2 us (mid 12.6), 97..128
-# 14.9 (mid 16.0), 129..192 18.6 (mid 24.4 in the first sweep); G=4: 33..64 15.2 (mid 16.6-16.7), 129..192
-# 29.4 (mid 32.7); 65..96 (and 97..128 at G=4) stay on mid (within 5% or slower).
+# served by one tensor-core tile launch, and its tiling. Chosen by benchmarks/wo_a_tc_sweep.py --tma
+# (choose_tables, from docs/measurements/wo_a_issue26_tc_sweep_tma.json; H200, 8 rotated weight sets): a
+# range goes to tc only where its best tiling beat mid by more than 5%; a range already on tc takes its best
+# tiling. The scale multiply runs in fp32 (e4m3 -> fp32 -> bf16; round 4: e4m3 -> bf16 goes through f16 on
+# the conversion pipe). ``tma``: the weight and x tiles come through tensor descriptors (the bulk tensor
+# copy engine); x that a descriptor cannot read (strides not multiples of 8 elements, base not 16-byte
+# aligned) runs the same tiling without them. G=2: 33..64 rows 11.0-11.1 us with descriptors (11.2-11.3
+# without), 97..128 14.9, 129..192 18.2; G=4: 33..64 15.1, 97..128 21.2 with descriptors (mid 22.5),
+# 129..192 29.6; 65..96 stays on mid (G=4: tc 21.3 vs mid 22.3, within 5%).
 TC_TABLE: dict[int, tuple[tuple[int, int, TcConfig], ...]] = {
-    2: ((33, 64, TcConfig(64, 32, 128, 4, 4, 3, w_as_a=False, bf16_scale=False)),
+    2: ((33, 64, TcConfig(64, 32, 128, 4, 4, 4, w_as_a=False, bf16_scale=False, tma=True)),
         (97, 128, TcConfig(64, 64, 128, 4, 4, 3, w_as_a=False, bf16_scale=False)),
         (129, 192, TcConfig(64, 64, 128, 4, 4, 3, w_as_a=True, bf16_scale=False))),
     4: ((33, 64, TcConfig(64, 64, 128, 4, 4, 3, w_as_a=False, bf16_scale=False)),
+        (97, 128, TcConfig(128, 64, 128, 4, 8, 3, w_as_a=False, bf16_scale=False, tma=True)),
         (129, 192, TcConfig(64, 64, 128, 2, 4, 3, w_as_a=True, bf16_scale=False))),
 }
 # Prefill without the bf16 weight (the einsum path, weight=None): inclusive M ranges (None: no upper end)
@@ -904,6 +907,8 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
             raise ValueError("the tc path needs a CUDA device (or TRITON_INTERPRET=1)")
         try:
             tc_cfg = config or tc_config(m, g, twin.rows, d)
+            if tc_cfg.tma and config is None and not _tc.tma_ok(x):
+                tc_cfg = replace(tc_cfg, tma=False)  # the same tiling without descriptors
             if not tc_cfg.fits(twin.rows, d):
                 raise ValueError(f"{tc_cfg} does not tile R={twin.rows}, D={d}")
         except ValueError:

@@ -8,7 +8,7 @@ import json
 import logging
 import os
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -34,7 +34,7 @@ GPU = torch.cuda.is_available() and not INTERPRET
 DEVICE = "cuda" if GPU else "cpu"
 needs_kernels = pytest.mark.skipif(not (GPU or INTERPRET), reason="no CUDA device and TRITON_INTERPRET is not set")
 needs_gpu = pytest.mark.skipif(not GPU, reason="full shapes need a CUDA GPU")
-SWEEP = ROOT / "docs" / "measurements" / "wo_a_issue26_tc_sweep_scale.json"
+SWEEP = ROOT / "docs" / "measurements" / "wo_a_issue26_tc_sweep_tma.json"
 
 R_SMALL, D_SMALL = 64, 512  # two row blocks, 16 column blocks: split-K up to 4 with 128-wide K tiles
 
@@ -57,6 +57,8 @@ def _x(m, groups, cols, gen, odd):
     (4, 40, T.TcConfig(64, 32, 128, 1, w_as_a=False), False),                    # x as A, one split
     (2, 17, T.TcConfig(16, 64, 256, 1, sub_blocks=True), True),                  # one dot per K block
     (4, 30, T.TcConfig(32, 64, 128, 2, w_as_a=False, sub_blocks=True), False),   # both, split 2
+    (2, 20, T.TcConfig(32, 64, 128, 2, bf16_scale=False, tma=True), False),      # descriptors, W as A
+    (4, 40, T.TcConfig(64, 32, 256, 1, w_as_a=False, bf16_scale=False, tma=True), False),  # descriptors, x as A
 ])
 def test_tc_kernel_matches_fp64(groups, m, cfg, odd, gen):
     """Every output written (NaN-poisoned first), within bf16 rounding of the float64 product, and the
@@ -108,7 +110,8 @@ def test_dispatcher_runs_tc_rows_and_matches_fp64(monkeypatch, gen):
     x = _x(lo, 2, D_SMALL, gen, True)
     y = torch.full((lo, 2, R_SMALL), float("nan"), dtype=torch.bfloat16, device=DEVICE)
     K.wo_a(x, twin, out=y)
-    assert calls and calls[0] == K.tc_config(lo, 2, R_SMALL, D_SMALL)
+    want = K.tc_config(lo, 2, R_SMALL, D_SMALL)
+    assert calls and calls[0] == (want if T.tma_ok(x) else replace(want, tma=False))  # odd x: no descriptors
     assert_close_to_fp64(y, x, K.dequantize(twin), gen.initial_seed())
 
 
@@ -151,6 +154,34 @@ def test_tables_from_the_h200_sweep():
         for b in buckets:  # a bucket only leaves its baseline (wide/mid, per-group prefill) for a > 5% gain
             assert b["baseline_us"] is None or b["us"] == b["baseline_us"] or b["us"] * 1.05 < b["baseline_us"], b
             assert b["path"] != "tc" or b["baseline_us"] is None or b["baseline"] == "mid", b
+
+
+@needs_kernels
+def test_tc_descriptor_tiling_with_odd_x_runs_without_descriptors(monkeypatch, gen):
+    """A TC_TABLE tiling with tensor descriptors, x that no descriptor can read (strides not multiples of
+    8 elements): the dispatcher runs the same tiling without them, within bf16 rounding of fp64; an
+    explicit descriptor config with such x is a clear ValueError."""
+    monkeypatch.setattr(K._gluon, "available", lambda device: False)
+    cfg = T.TcConfig(32, 64, 128, 2, bf16_scale=False, tma=True)
+    monkeypatch.setitem(K.TC_TABLE, 2, ((17, 64, cfg),))
+    calls = []
+    real = T.launch
+    monkeypatch.setattr(T, "launch", lambda *a: calls.append(a[-1]) or real(*a))
+    twin = random_twin(2, R_SMALL, D_SMALL, gen)
+    x = odd_x(20, 2, D_SMALL, gen)
+    assert not T.tma_ok(x)
+    y = torch.full((20, 2, R_SMALL), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    K.wo_a(x, twin, out=y)
+    assert calls == [T.TcConfig(32, 64, 128, 2, bf16_scale=False, tma=False)]
+    assert_close_to_fp64(y, x, K.dequantize(twin), gen.initial_seed())
+    with pytest.raises(ValueError, match="descriptor"):
+        K.wo_a(x, twin, config=cfg)
+
+
+def test_tc_config_tma_rules():
+    assert T.TcConfig(32, 64, bf16_scale=False, tma=True).fits(1024, 4096)
+    assert not T.TcConfig(32, 64, tma=True).fits(1024, 4096)  # descriptors: the fp32 scale multiply only
+    assert not T.TcConfig(32, 64, bf16_scale=False, sub_blocks=True, tma=True).fits(1024, 4096)
 
 
 def test_benchmark_flags_kernel_fallbacks():
