@@ -7,9 +7,9 @@ plain; ...), with the source evicted from the page cache and the outputs removed
 
 - ``plain``: a sequential copy of as many bytes of the source shard, 8 MiB reads and writes, one fsync at
   the end (what ``cp`` + ``sync`` costs);
-- ``pattern``: the same copy with the packer's own write pattern: chunks of ``chunk_rows * 264`` bytes,
-  ``sync_file_range`` writeback started per chunk, the previous chunk waited for and dropped from the
-  page cache (``POSIX_FADV_DONTNEED``), an fdatasync at the end;
+- ``pattern``: the same copy with the packer's own IO pattern: chunks of ``chunk_rows * 264`` bytes read
+  ``O_DIRECT`` by one thread and written ``O_DIRECT`` by another (three chunk buffers, so a read overlaps
+  a write), a block-unaligned tail written through the page cache, an fsync at the end;
 - ``pack``: the packer's command line (``engram_packer.py --json``, default ``verify=sample``).
 
 Every step runs under a small exec'd launcher (a bare ``python3 -I -S`` that forks, execs the step and
@@ -93,33 +93,50 @@ os.close(fi)
 """
 
 PATTERN_COPY = r"""
-import ctypes, os, sys
+import mmap, os, queue, sys, threading
 src, out, n, chunk = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-libc = ctypes.CDLL(None, use_errno=True)
-sfr = libc.sync_file_range
-sfr.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-WAIT_BEFORE, WRITE, WAIT_AFTER = 1, 2, 4
-fi = os.open(src, os.O_RDONLY)
+ALIGN = 4096
+fi = os.open(src, os.O_RDONLY | os.O_DIRECT)
 fo = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-buf = bytearray(chunk)
-view = memoryview(buf)
-done, pending = 0, None
+fd = os.open(out, os.O_WRONLY | os.O_DIRECT)
+bufs = [mmap.mmap(-1, chunk + ALIGN) for _ in range(3)]
+free, todo = queue.Queue(), queue.Queue()
+for i in range(3):
+    free.put(i)
+def writer():
+    while True:
+        item = todo.get()
+        if item is None:
+            return
+        i, pos, length = item
+        view = memoryview(bufs[i])
+        whole = length - length % ALIGN
+        if whole:
+            os.pwrite(fd, view[:whole], pos)
+        if length > whole:
+            os.pwrite(fo, view[whole:length], pos + whole)
+        view.release()
+        free.put(i)
+thread = threading.Thread(target=writer)
+thread.start()
+done = 0
 while done < n:
-    got = os.preadv(fi, [view[:min(chunk, n - done)]], done)
-    if got <= 0:
+    i = free.get()
+    length = min(chunk, n - done)
+    span = length + (-length) % ALIGN
+    view = memoryview(bufs[i])
+    got = os.preadv(fi, [view[:span]], done)
+    view.release()
+    if got < length:
         sys.exit("source too short")
-    os.pwrite(fo, view[:got], done)
-    sfr(fo, done, got, WRITE)
-    if pending is not None:
-        sfr(fo, pending[0], pending[1], WAIT_BEFORE | WRITE | WAIT_AFTER)
-        os.posix_fadvise(fo, max(0, pending[0] + pending[1] - (64 << 20)), 0, os.POSIX_FADV_DONTNEED)
-    pending = (done, got)
-    done += got
-sfr(fo, pending[0], pending[1], WAIT_BEFORE | WRITE | WAIT_AFTER)
-os.fdatasync(fo)
+    todo.put((i, done, length))
+    done += length
+todo.put(None)
+thread.join()
+os.fsync(fo)
 os.posix_fadvise(fo, 0, 0, os.POSIX_FADV_DONTNEED)
-os.close(fo)
-os.close(fi)
+for f in (fd, fo, fi):
+    os.close(f)
 """
 
 _libc = ctypes.CDLL(None, use_errno=True)

@@ -26,7 +26,7 @@ import mmap
 import os
 import platform
 from array import array
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 try:
     from ansible.module_utils.engram_format import ROW_BYTES, SCALE_BYTES, WEIGHT_BYTES
@@ -36,7 +36,8 @@ except ImportError:  # stand-alone: the packer's files side by side
 GIB = 1 << 30
 PAGE = mmap.PAGESIZE
 ALIGN = 4096  # O_DIRECT alignment of offsets, lengths and buffers (covers 512 and 4096 byte sectors)
-IOV_ROWS = 512  # rows per vectored call: 2 iovecs each, IOV_MAX (1024) per call
+IOV_MAX = 1024  # iovecs per vectored call (Linux's UIO_MAXIOV)
+IOV_ROWS = IOV_MAX // 2  # rows per vectored call with 2 iovecs each
 # posix_fadvise(DONTNEED) drops only folios that lie wholly inside the range, and the page cache uses
 # large folios (ext4 since 6.16, xfs, NFS): each drop therefore covers a trailing window this long up to
 # the current position, so a folio that straddled one chunk boundary is dropped on a later call.
@@ -218,7 +219,7 @@ class RowBuffer:
     ``write_packed`` gathers them into packed rows in a file, ``read_packed`` scatters packed rows of a file
     back into them; ``same_rows`` compares two buffers."""
 
-    def __init__(self, rows: int):
+    def __init__(self, rows: int, staging: bool = False):
         self.rows = rows
         self.wmem = mmap.mmap(-1, rows * WEIGHT_BYTES + 2 * ALIGN)
         self.smem = mmap.mmap(-1, rows * SCALE_BYTES + 2 * ALIGN)
@@ -230,13 +231,84 @@ class RowBuffer:
         if _LIBC is not None:
             self._anchors = [ctypes.c_char.from_buffer(self.wmem), ctypes.c_char.from_buffer(self.smem)]
             self._wbase, self._sbase = (ctypes.addressof(a) for a in self._anchors)
+        # staging: packed rows assembled in memory (a memfd's pages, mapped), for O_DIRECT writes
+        self.pfd: Optional[int] = None
+        self.pmem: Optional[mmap.mmap] = None
+        self.staged: Optional[Tuple[int, int]] = None  # (delta, rows) of the packed rows now in pmem
+        self._stage_key = None
+        self._stage_iov = None
+        if staging:
+            self._open_staging()
+
+    def _open_staging(self) -> None:
+        size = self.rows * ROW_BYTES + 2 * ALIGN
+        size += (-size) % ALIGN
+        if _LIBC is None or not hasattr(os, "memfd_create"):
+            return
+        try:
+            pfd = os.memfd_create("engram-pack", getattr(os, "MFD_CLOEXEC", 1))
+        except OSError:
+            return  # no memfd here (old kernel, a seccomp filter): packed rows are gathered into the file
+        try:
+            os.ftruncate(pfd, size)
+            pmem = mmap.mmap(pfd, size)
+        except OSError:
+            os.close(pfd)
+            return
+        self.pfd, self.pmem = pfd, pmem
+        self._anchors.append(ctypes.c_char.from_buffer(pmem))
+        self._pbase = ctypes.addressof(self._anchors[-1])
+
+    @property
+    def can_stage(self) -> bool:
+        return self.pmem is not None
+
+    def stage(self, rows: int, delta: int) -> None:
+        """Pack rows [0, rows) in ``pmem``, starting ``delta`` bytes in (a multiple of 8).
+
+        The kernel moves the weights: ``pwritev`` into the memfd at ``delta`` writes into the very pages
+        ``pmem`` maps (no page cache of any disk file, no writeback), one iovec per row, each 264 bytes long:
+        the row's 256 weight bytes and 8 bytes of the next row's, which the row's scales then overwrite in
+        one strided copy of 8-byte items (a memoryview assignment)."""
+        key = (self.wdelta, "stage")
+        if key != self._stage_key:
+            base = self._wbase + self.wdelta
+            iov = array("Q", bytes(16 * self.rows))
+            iov[0::2] = array("Q", range(base, base + self.rows * WEIGHT_BYTES, WEIGHT_BYTES))
+            iov[1::2] = array("Q", [ROW_BYTES]) * self.rows
+            self._stage_iov, self._stage_key = iov, key
+        address = self._stage_iov.buffer_info()[0]
+        for first in range(0, rows, IOV_MAX):
+            count = min(IOV_MAX, rows - first)
+            pos = delta + first * ROW_BYTES
+            done = _LIBC.pwritev(self.pfd, address + first * 16, count, pos)
+            if done != count * ROW_BYTES:
+                err = ctypes.get_errno() if done < 0 else errno.EIO
+                raise OSError(err, "staging packed rows in memory: %s" % os.strerror(err))
+        with memoryview(self.pmem) as whole, whole[delta:delta + rows * ROW_BYTES] as packed, \
+                packed.cast("Q") as words, memoryview(self.smem) as scales_all, \
+                scales_all[self.sdelta:self.sdelta + rows * SCALE_BYTES] as scales, scales.cast("Q") as items:
+            words[WEIGHT_BYTES // 8::ROW_BYTES // 8] = items
+        self.staged = (delta, rows)
+
+    def packed(self) -> memoryview:
+        """The staged packed rows."""
+        delta, rows = self.staged
+        return memoryview(self.pmem)[delta:delta + rows * ROW_BYTES]
 
     def close(self) -> None:
         self._anchors = []
         self._views = []
         self._iov = None
-        for mem in (self.wmem, self.smem):
-            mem.close()
+        for mem in (self.wmem, self.smem, self.pmem):
+            if mem is not None:
+                try:
+                    mem.close()
+                except BufferError:
+                    pass  # a view of it is still referenced (a traceback being raised): freed with it
+        if self.pfd is not None:
+            os.close(self.pfd)
+            self.pfd = None
 
     def weights(self, rows: int) -> memoryview:
         return memoryview(self.wmem)[self.wdelta:self.wdelta + rows * WEIGHT_BYTES]
@@ -326,21 +398,117 @@ class RowBuffer:
         return rows
 
 
+def open_direct_twin(path: str, fd: int, flags: int = os.O_WRONLY, nofollow: bool = True) -> Optional[int]:
+    """A second descriptor of the file ``fd`` has open, with ``O_DIRECT`` (None where the filesystem refuses
+    it). Opened by name (``O_NOFOLLOW`` unless told) and checked to be the same inode: never another file."""
+    if not hasattr(os, "O_DIRECT"):
+        return None
+    flags |= os.O_DIRECT | getattr(os, "O_CLOEXEC", 0) | (os.O_NOFOLLOW if nofollow else 0)
+    try:
+        dfd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
+            return None
+        raise
+    have, got = os.fstat(fd), os.fstat(dfd)
+    if (have.st_dev, have.st_ino) != (got.st_dev, got.st_ino):
+        os.close(dfd)
+        raise PackError("%s was replaced while it was being opened: remove it by hand and run again." % path)
+    return dfd
+
+
+class PackedOutput:
+    """The partial being written: whole aligned blocks go ``O_DIRECT`` from a buffer's staged packed rows
+    (no page cache, no writeback to start, wait for or drop); a head or tail that does not fill a block
+    (chunks not a multiple of 512 rows, a resume at such a row, the shard's last block) goes through the
+    page cache on ``fd``, and is reported so that the caller writes it back and drops it.
+
+    Without ``O_DIRECT`` (or a staged buffer) every chunk is gathered into ``fd`` through the page cache,
+    and the caller keeps the writeback pipeline (``sync_file_range``) for all of it."""
+
+    def __init__(self, fd: int, path: str, direct: bool = True):
+        self.fd = fd
+        self.path = path
+        self.dfd = open_direct_twin(path, fd) if direct else None
+
+    @property
+    def direct(self) -> bool:
+        return self.dfd is not None
+
+    def close(self) -> None:
+        if self.dfd is not None:
+            os.close(self.dfd)
+            self.dfd = None
+
+    def write(self, buf: RowBuffer, rows: int, offset: int) -> List[Tuple[int, int]]:
+        """Write rows [0, rows) of ``buf`` as packed rows at ``offset``; returns the ranges (start, end)
+        written through the page cache."""
+        nbytes = rows * ROW_BYTES
+        if self.dfd is None or buf.staged != (offset % ALIGN, rows):
+            buf.write_packed(self.fd, rows, offset)
+            return [(offset, offset + nbytes)]
+        view = buf.packed()
+        end = offset + nbytes
+        first = min(end, offset + (-offset) % ALIGN)  # the first block boundary
+        last = max(first, end - end % ALIGN)  # the last one
+        cached = []
+        if first > offset:
+            pwrite_all(self.fd, view[:first - offset], offset)
+            cached.append((offset, first))
+        pos = first
+        while pos < last and self.dfd is not None:
+            try:
+                done = os.pwrite(self.dfd, view[pos - offset:last - offset], pos)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                os.close(self.dfd)  # opens O_DIRECT but refuses the write: the page cache from now on
+                self.dfd = None
+                break
+            pos += done
+            if done <= 0 or pos % ALIGN:
+                break  # a short write (a full volume): the rest through the page cache
+        if pos < end:
+            pwrite_all(self.fd, view[pos - offset:], pos)
+            cached.append((pos, end))
+        return cached
+
+
+def same_bytes(a: mmap.mmap, a_delta: int, b: mmap.mmap, b_delta: int, nbytes: int) -> bool:
+    """Do ``nbytes`` of ``a`` from ``a_delta`` and of ``b`` from ``b_delta`` match (memcmp, no copies)?"""
+    if _LIBC is not None:
+        pa, pb = ctypes.c_char.from_buffer(a), ctypes.c_char.from_buffer(b)
+        try:
+            return _LIBC.memcmp(ctypes.addressof(pa) + a_delta, ctypes.addressof(pb) + b_delta, nbytes) == 0
+        finally:
+            del pa, pb
+    return memoryview(a)[a_delta:a_delta + nbytes] == memoryview(b)[b_delta:b_delta + nbytes]
+
+
+def first_different_row(a: memoryview, b: memoryview, rows: int) -> int:
+    """Index of the first packed row that differs between ``a`` and ``b`` (rows when none does)."""
+    for i in range(rows):
+        if a[i * ROW_BYTES:(i + 1) * ROW_BYTES] != b[i * ROW_BYTES:(i + 1) * ROW_BYTES]:
+            return i
+    return rows
+
+
 # --------------------------------------------------------------------------------- source reads
 
-class _AlignedFile:
+class AlignedFile:
     """One source file read in aligned blocks with ``O_DIRECT``, or through the page cache where the
     filesystem refuses it (then advised RANDOM, prefetched half a read ahead and dropped behind)."""
 
-    def __init__(self, path: str, floor: int, end: int, direct: bool):
+    def __init__(self, path: str, floor: int, end: int, direct: bool, nofollow: bool = False):
         self.path = path
         self.floor, self.end = floor, end  # the tensor's bytes: what the page-cache fallback drops
-        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | (os.O_NOFOLLOW if nofollow else 0)
+        self.fd = os.open(path, flags)
         self.dfd = None
         if direct and hasattr(os, "O_DIRECT"):
             try:
-                self.dfd = os.open(path, os.O_RDONLY | os.O_DIRECT | getattr(os, "O_CLOEXEC", 0))
-            except OSError:
+                self.dfd = open_direct_twin(path, self.fd, os.O_RDONLY, nofollow)
+            except (OSError, PackError):
                 self.dfd = None
         if self.dfd is None:
             self._buffered_setup()
@@ -401,9 +569,9 @@ class SourceReader:
     def __init__(self, weight_path: str, weight_offset: int, scale_path: str, scale_offset: int, n: int,
                  direct: bool = True):
         self.weight_offset, self.scale_offset = weight_offset, scale_offset
-        self.weights = _AlignedFile(weight_path, weight_offset, weight_offset + n * WEIGHT_BYTES, direct)
+        self.weights = AlignedFile(weight_path, weight_offset, weight_offset + n * WEIGHT_BYTES, direct)
         try:
-            self.scales = _AlignedFile(scale_path, scale_offset, scale_offset + n * SCALE_BYTES, direct)
+            self.scales = AlignedFile(scale_path, scale_offset, scale_offset + n * SCALE_BYTES, direct)
         except BaseException:
             self.weights.close()
             raise

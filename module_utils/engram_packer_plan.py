@@ -63,6 +63,7 @@ class PackOptions:
     host: str = field(default_factory=socket.gethostname)
     progress_interval: float = PROGRESS_INTERVAL_S
     sync: str = "range"  # "range": sync_file_range pipeline; "fdatasync": one fdatasync per chunk
+    direct: bool = True  # O_DIRECT writes of packed rows staged in memory (the page cache where refused)
 
 
 @dataclass

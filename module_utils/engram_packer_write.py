@@ -20,14 +20,15 @@ import queue
 import stat
 import threading
 import time
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 try:
     from ansible.module_utils.engram_format import (
         HEADER_SIZE, ROW_BYTES, STATE_ABSENT, STATE_INVALID, STATE_PARTIAL, STATE_VALID, encode_header)
     from ansible.module_utils.engram_packer_io import (
-        DROP_WINDOW_BYTES, FADV_DONTNEED, SFR_WAIT_AFTER, SFR_WAIT_BEFORE, SFR_WRITE, PackError, RowBuffer,
-        create_exclusive, fadvise, fsync_dir, load_sync_file_range, pwrite_all, unlink_own, write_json_exclusive)
+        ALIGN, DROP_WINDOW_BYTES, FADV_DONTNEED, PAGE, SFR_WAIT_AFTER, SFR_WAIT_BEFORE, SFR_WRITE, PackedOutput,
+        PackError, RowBuffer, create_exclusive, fadvise, fsync_dir, load_sync_file_range, pwrite_all, unlink_own,
+        write_json_exclusive)
     from ansible.module_utils.engram_packer_plan import (
         LayerSource, PackOptions, ShardPlan, source_record_path, write_source_record)
     from ansible.module_utils.engram_packer_verify import source_reader, verify_shard
@@ -35,8 +36,9 @@ except ImportError:  # stand-alone: the packer's files side by side
     from engram_format import (  # type: ignore
         HEADER_SIZE, ROW_BYTES, STATE_ABSENT, STATE_INVALID, STATE_PARTIAL, STATE_VALID, encode_header)
     from engram_packer_io import (  # type: ignore
-        DROP_WINDOW_BYTES, FADV_DONTNEED, SFR_WAIT_AFTER, SFR_WAIT_BEFORE, SFR_WRITE, PackError, RowBuffer,
-        create_exclusive, fadvise, fsync_dir, load_sync_file_range, pwrite_all, unlink_own, write_json_exclusive)
+        ALIGN, DROP_WINDOW_BYTES, FADV_DONTNEED, PAGE, SFR_WAIT_AFTER, SFR_WAIT_BEFORE, SFR_WRITE, PackedOutput,
+        PackError, RowBuffer, create_exclusive, fadvise, fsync_dir, load_sync_file_range, pwrite_all, unlink_own,
+        write_json_exclusive)
     from engram_packer_plan import (  # type: ignore
         LayerSource, PackOptions, ShardPlan, source_record_path, write_source_record)
     from engram_packer_verify import source_reader, verify_shard  # type: ignore
@@ -48,9 +50,10 @@ BUFFERS = 3
 RECORD_INTERVAL_S = 0.1  # how often the partial's source record (the chunks on disk) is rewritten
 
 
-def write_chunk(fd: int, buf: RowBuffer, rows: int, offset: int) -> None:
-    """Gather rows [0, rows) of ``buf`` into packed rows at ``offset`` (one name, so tests can fill the disk)."""
-    buf.write_packed(fd, rows, offset)
+def write_chunk(out: PackedOutput, buf: RowBuffer, rows: int, offset: int) -> List[Tuple[int, int]]:
+    """Write rows [0, rows) of ``buf`` as packed rows at ``offset``; returns the ranges written through the
+    page cache (one name, so tests can fill the disk)."""
+    return out.write(buf, rows, offset)
 
 
 class _Progress:
@@ -96,11 +99,17 @@ class _Progress:
 
 
 class _Writer(threading.Thread):
-    """Writes chunks, keeps one chunk of writeback in flight, drops completed chunks from the cache."""
+    """Writes chunks and reports each once it is on disk.
 
-    def __init__(self, fd: int, buffers: list, sync: str, on_durable: Callable[[int, list], None]):
+    ``O_DIRECT`` (the usual case): a chunk is on disk when its write returns; only a head or tail that
+    does not fill a block went through the page cache, and is written back and dropped before the chunk
+    is reported. Through the page cache (no ``O_DIRECT``): one chunk of writeback in flight
+    (``sync_file_range``), each completed chunk dropped from the cache before the next one enters it."""
+
+    def __init__(self, out: PackedOutput, buffers: list, sync: str, on_durable: Callable[[int, list], None]):
         super().__init__(name="engram-writer", daemon=True)
-        self.fd = fd
+        self.out = out
+        self.fd = out.fd
         self.buffers = buffers
         self.todo: "queue.Queue" = queue.Queue()
         self.free: "queue.Queue" = queue.Queue()
@@ -120,6 +129,17 @@ class _Writer(threading.Thread):
         fadvise(self.fd, max(0, offset + nbytes - DROP_WINDOW_BYTES), 0, FADV_DONTNEED)
         self.on_durable(rows_end, chunk)
 
+    def _settle(self, cached: List[Tuple[int, int]]) -> None:
+        """Write back the ranges a direct chunk wrote through the page cache, and drop their whole pages (a
+        block the next chunk completes stays cached until then)."""
+        for start, end in cached:
+            if self.sync_range is not None:
+                self.sync_range(self.fd, start, end - start, SFR_WAIT_BEFORE | SFR_WRITE | SFR_WAIT_AFTER)
+            else:
+                os.fdatasync(self.fd)
+            first = start - start % PAGE
+            fadvise(self.fd, first, end - first, FADV_DONTNEED)  # DONTNEED skips the partly written last page
+
     def run(self) -> None:
         pending = None
         while True:
@@ -130,16 +150,22 @@ class _Writer(threading.Thread):
             chunk = item[4]
             if self.error is None:
                 try:
-                    if self.sync_range is not None:
+                    if self.out.direct:
+                        self._settle(write_chunk(self.out, self.buffers[index], nbytes // ROW_BYTES, offset))
+                        if self.out.direct:
+                            self.on_durable(rows_end, chunk)
+                        else:  # O_DIRECT was refused at the first write: this chunk is in the cache
+                            self._durable(offset, nbytes, rows_end, chunk, wait=True)
+                    elif self.sync_range is not None:
                         # chunk k-1 is on disk and out of the cache before chunk k enters it: at most one
                         # chunk of the destination is ever cached, and its writeback overlaps the next read
                         if pending is not None:
                             self._durable(*pending, wait=True)
-                        write_chunk(self.fd, self.buffers[index], nbytes // ROW_BYTES, offset)
+                        write_chunk(self.out, self.buffers[index], nbytes // ROW_BYTES, offset)
                         self.sync_range(self.fd, offset, nbytes, SFR_WRITE)
                         pending = (offset, nbytes, rows_end, chunk)
                     else:
-                        write_chunk(self.fd, self.buffers[index], nbytes // ROW_BYTES, offset)
+                        write_chunk(self.out, self.buffers[index], nbytes // ROW_BYTES, offset)
                         self._durable(offset, nbytes, rows_end, chunk, wait=False)
                 except BaseException as exc:  # handed to the reading thread, which raises it
                     self.error = exc
@@ -151,48 +177,93 @@ class _Writer(threading.Thread):
                 self.error = exc
 
 
+class _Stager(threading.Thread):
+    """Packs chunks read into their buffers in memory (``RowBuffer.stage``) and hands them to the writer:
+    the interleave of chunk k overlaps the read of chunk k+1 and the write of chunk k-1."""
+
+    def __init__(self, writer: _Writer, buffers: list):
+        super().__init__(name="engram-stager", daemon=True)
+        self.writer = writer
+        self.buffers = buffers
+        self.todo: "queue.Queue" = queue.Queue()
+        self.error: Optional[BaseException] = None
+
+    def run(self) -> None:
+        while True:
+            item = self.todo.get()
+            if item is None:
+                break
+            if self.error is None:
+                index, nbytes, offset = item[:3]
+                try:
+                    self.buffers[index].stage(nbytes // ROW_BYTES, offset % ALIGN)
+                except BaseException as exc:  # handed to the reading thread, which raises it
+                    self.error = exc
+                    exc.__traceback__ = None  # no frame keeps a view of the buffers alive
+            if self.error is None:
+                self.writer.todo.put(item)
+            else:
+                self.writer.free.put(item[0])
+        self.writer.todo.put(None)
+
 
 def _stream(plan: ShardPlan, source: LayerSource, opts: PackOptions, pfd: int, progress: _Progress) -> List[list]:
-    """Write rows [resume_rows, rows) of the partial; returns the record of every chunk it holds on disk."""
+    """Write rows [resume_rows, rows) of the partial; returns the record of every chunk it holds on disk.
+
+    Three threads, one chunk buffer each at a time: this one reads (``O_DIRECT``), the stager packs the
+    rows in memory, the writer writes them (``O_DIRECT``). Without ``O_DIRECT`` the writer gathers the rows
+    into the file itself and there is no stager."""
     chunk_rows = min(opts.chunk_rows, max(plan.rows, 1))
-    buffers = [RowBuffer(chunk_rows) for _ in range(BUFFERS)]
+    buffers = [RowBuffer(chunk_rows, staging=opts.direct) for _ in range(BUFFERS)]
+    out = PackedOutput(pfd, plan.partial_path, direct=opts.direct and all(b.can_stage for b in buffers))
     reader = source_reader(source)
     chunks = list(plan.resume_chunks)
-    last_record = [0.0]
+    record = {"last": 0.0, "cost": 0.0}
 
     def on_durable(rows_end: int, chunk: list) -> None:
         # runs in the writer thread once the chunk is on disk: record it, then report progress
         chunks.append(chunk)
         now = time.monotonic()
-        if now - last_record[0] >= RECORD_INTERVAL_S:  # bounded rewrites; a kill re-packs at most 0.1 s more
-            last_record[0] = now
+        # bounded rewrites: every 0.1 s (a kill re-packs at most that much more), and never more than 5 %
+        # of the time on it (the record lists every chunk, so it grows with the shard)
+        if now - record["last"] >= max(RECORD_INTERVAL_S, 20 * record["cost"]):
+            record["last"] = now
             try:
                 write_source_record(plan.partial_path, source, plan.lo, plan.hi, list(chunks))
             except OSError:
                 pass  # the record only lags: a resume re-packs the chunks it does not list
+            record["cost"] = time.monotonic() - now
         progress.update(rows_end - plan.lo)
 
-    writer = _Writer(pfd, buffers, opts.sync, on_durable)
-    writer.start()
+    writer = _Writer(out, buffers, opts.sync, on_durable)
+    stager = _Stager(writer, buffers) if out.direct else None
+    threads = [t for t in (writer, stager) if t is not None]
+    for thread in threads:
+        thread.start()
     try:
         start = plan.resume_rows
         while start < plan.rows:
             rows = min(chunk_rows, plan.rows - start)
             while True:
-                if writer.error is not None:
-                    raise writer.error
+                for thread in threads:
+                    if thread.error is not None:
+                        raise thread.error
                 try:
                     index = writer.free.get(timeout=0.5)
                     break
                 except queue.Empty:
                     continue
-            reader.read(buffers[index], plan.lo + start, rows)
-            writer.todo.put((index, rows * ROW_BYTES, HEADER_SIZE + start * ROW_BYTES, plan.lo + start + rows,
-                             [start, rows]))
+            buf, offset = buffers[index], HEADER_SIZE + start * ROW_BYTES
+            buf.staged = None
+            reader.read(buf, plan.lo + start, rows)
+            item = (index, rows * ROW_BYTES, offset, plan.lo + start + rows, [start, rows])
+            (stager or writer).todo.put(item)
             start += rows
     finally:
-        writer.todo.put(None)
-        writer.join()
+        (stager or writer).todo.put(None)  # the stager passes it on to the writer
+        for thread in threads:
+            thread.join()
+        out.close()
         reader.close()
         for buf in buffers:
             buf.close()
@@ -200,8 +271,9 @@ def _stream(plan: ShardPlan, source: LayerSource, opts: PackOptions, pfd: int, p
             write_source_record(plan.partial_path, source, plan.lo, plan.hi, list(chunks))
         except OSError:
             pass
-    if writer.error is not None:
-        raise writer.error
+    for thread in threads:
+        if thread.error is not None:
+            raise thread.error
     return chunks
 
 

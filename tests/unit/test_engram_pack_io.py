@@ -1,0 +1,141 @@
+"""The packer's O_DIRECT write path (issue 24): rows packed in memory (RowBuffer.stage), whole blocks written
+O_DIRECT and only a block-unaligned head or tail through the page cache (PackedOutput), byte-identical to
+the page-cache path and to the independent reference; verification and resume compare the same way."""
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import random
+
+import pytest
+
+from ansible.module_utils import engram_packer_io as epio
+from ansible.module_utils import engram_packer_write as epw
+from ansible.module_utils.engram_format import ROW_BYTES, SCALE_BYTES, WEIGHT_BYTES
+from ansible.module_utils.engram_packer import pack
+from tests.unit.test_engram_pack import ckpt, opts, reference_shard, sha  # noqa: F401  (ckpt: fixture)
+
+pytestmark = pytest.mark.skipif(epio._LIBC is None or not hasattr(os, "memfd_create"),
+                                reason="staging needs ctypes and memfd_create")
+
+
+def _resident_pages(path: str) -> int:
+    """Pages of ``path`` in the page cache (mincore on a read-only mapping; faults nothing in)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        try:
+            pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+            vec = (ctypes.c_ubyte * pages)()
+            assert libc.mincore(addr, size, vec) == 0
+            return pages - bytes(vec).count(0)
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+
+
+def _filled(rows: int, wdelta: int, sdelta: int, seed: int):
+    rng = random.Random(seed)
+    weights = bytes(rng.getrandbits(8) for _ in range(rows * WEIGHT_BYTES))
+    scales = bytes(rng.getrandbits(8) for _ in range(rows * SCALE_BYTES))
+    buf = epio.RowBuffer(rows, staging=True)
+    buf.wmem[wdelta:wdelta + len(weights)] = weights
+    buf.smem[sdelta:sdelta + len(scales)] = scales
+    # what lies after the weights (the last row's iovec reads 8 bytes of it) must not reach the output
+    buf.wmem[wdelta + len(weights):wdelta + len(weights) + 8] = b"\xEE" * 8
+    buf.set_deltas(wdelta, sdelta)
+    return buf, epio.interleave(weights, scales, rows)
+
+
+@pytest.mark.parametrize("rows,wdelta,sdelta,delta", [(1, 0, 0, 0), (511, 568, 2616, 8), (513, 4095, 3, 4088),
+                                                      (2048, 17, 4001, 1024)])
+def test_staged_rows_are_the_interleave(rows, wdelta, sdelta, delta):
+    buf, expected = _filled(rows, wdelta, sdelta, seed=rows)
+    try:
+        buf.stage(rows, delta)
+        assert buf.staged == (delta, rows)
+        assert bytes(buf.packed()) == expected
+        # a shorter chunk in the same buffer (the shard's last one) packs just its rows
+        buf.stage(rows // 2 or 1, delta)
+        assert bytes(buf.packed()) == expected[:(rows // 2 or 1) * ROW_BYTES]
+    finally:
+        buf.close()
+
+
+@pytest.mark.parametrize("offset,rows", [(4096, 512), (4096 + 777 * ROW_BYTES, 1000), (4096 + 100 * ROW_BYTES, 3)])
+def test_packed_output_writes_whole_blocks_direct_and_reports_the_rest(tmp_path, offset, rows):
+    path = str(tmp_path / "out.partial")
+    fd = epio.create_exclusive(path)
+    out = epio.PackedOutput(fd, path)
+    if not out.direct:
+        out.close()
+        os.close(fd)
+        pytest.skip("this filesystem refuses O_DIRECT")
+    buf, expected = _filled(rows, 100, 200, seed=offset)
+    try:
+        buf.stage(rows, offset % epio.ALIGN)
+        cached = epw.write_chunk(out, buf, rows, offset)
+        end = offset + rows * ROW_BYTES
+        head_end = min(end, offset + (-offset) % epio.ALIGN)
+        tail_start = max(head_end, end - end % epio.ALIGN)
+        assert cached == [r for r in ((offset, head_end), (tail_start, end)) if r[1] > r[0]]
+        os.fsync(fd)
+        # what went O_DIRECT never entered the page cache: at most the head's and the tail's pages are there
+        assert _resident_pages(path) <= len(cached)
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            assert handle.read() == expected
+    finally:
+        buf.close()
+        out.close()
+        os.close(fd)
+
+
+def test_a_buffer_not_staged_for_this_chunk_goes_through_the_page_cache(tmp_path):
+    path = str(tmp_path / "out.partial")
+    fd = epio.create_exclusive(path)
+    out = epio.PackedOutput(fd, path)
+    buf, expected = _filled(64, 0, 0, seed=5)
+    try:
+        buf.stage(64, 8)  # staged for another offset: never written from
+        assert epw.write_chunk(out, buf, 64, 4096) == [(4096, 4096 + 64 * ROW_BYTES)]
+        with open(path, "rb") as handle:
+            handle.seek(4096)
+            assert handle.read() == expected
+    finally:
+        buf.close()
+        out.close()
+        os.close(fd)
+
+
+@pytest.mark.parametrize("direct", [True, False])
+@pytest.mark.parametrize("chunk_rows", [512, 777])
+def test_both_write_paths_are_byte_identical_and_leave_no_cache(ckpt, tmp_path, direct, chunk_rows):  # noqa: F811
+    result = pack(opts(ckpt, tmp_path, 1, 3, layers=[1, 14], chunk_rows=chunk_rows, verify="full", direct=direct))
+    for shard in result["shards"]:
+        assert shard["state_after"] == "valid" and shard["verified_rows"] == shard["rows"]
+        assert _resident_pages(shard["path"]) == 0  # before this test reads it back
+        with open(shard["path"], "rb") as handle:
+            assert handle.read() == reference_shard(ckpt, shard["layer"], 1, 3)
+
+
+def test_full_verification_names_the_first_differing_row(ckpt, tmp_path, monkeypatch):  # noqa: F811
+    real = epw._stream
+
+    def stream_then_flip(plan, source, options, pfd, progress):
+        chunks = real(plan, source, options, pfd, progress)
+        os.pwrite(pfd, b"\x00" * 3, 4096 + 4321 * ROW_BYTES + 7)  # row 4321's weights, after writing
+        return chunks
+
+    monkeypatch.setattr(epw, "_stream", stream_then_flip)
+    with pytest.raises(epio.PackError) as info:
+        pack(opts(ckpt, tmp_path, 0, 3, layers=[14], chunk_rows=1000, verify="full"))
+    assert "row 4321 (absolute 4321) differs from the checkpoint" in info.value.msg
