@@ -13,23 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import ROOT, ensure_testbed, run_playbook, state_dir
+from tests.integration.conftest import ROOT, run_playbook, state_dir
 
 pytestmark = pytest.mark.testbed
 PLANS = Path(__file__).parent / "fixtures" / "campaigns"
 INCUMBENT = ROOT / "inventory" / "testbed" / "group_vars" / "all" / "incumbent.yml"
 # As in test_rollout.py: a quarter of real time keeps the benchmark's noise near 1%.
+# conftest.py's serving_fleet fixture boots the fleet on this incumbent.
 SLOW_SIM = 'engine_env_incumbent:\n  SIM_TIME_SCALE: "0.25"\n  SIM_RENDEZVOUS_TIMEOUT_S: "20"\n'
-
-
-@pytest.fixture
-def serving_fleet():
-    ensure_testbed(fresh=True)
-    INCUMBENT.write_text(SLOW_SIM)
-    start = run_playbook("engine.yml")
-    assert start.rc == 0, start.stdout[-2000:]
-    yield
-    INCUMBENT.unlink(missing_ok=True)
 
 
 def campaign(plan: str, window_end: str = "2h", **extra):
@@ -38,6 +29,15 @@ def campaign(plan: str, window_end: str = "2h", **extra):
     state = json.loads(Path(run.run_dir, "campaign-state.json").read_text()) if run.run_dir and \
         Path(run.run_dir, "campaign-state.json").is_file() else {}
     return run, state
+
+
+def progress_gaps(run) -> list[float]:
+    """Seconds between consecutive progress lines of the same rung (their events' creation times)."""
+    import datetime as dt
+
+    lines = [(ev["event_data"].get("res", {}).get("msg", "").split(":")[0], dt.datetime.fromisoformat(ev["created"]))
+             for ev in run.events if ev.get("event") == "runner_on_ok" and ev.get("event_data", {}).get("task") == "Progress"]
+    return [(b[1] - a[1]).total_seconds() for a, b in zip(lines, lines[1:]) if a[0] == b[0]]
 
 
 def outcomes(state: dict) -> dict:
@@ -73,7 +73,9 @@ def test_a_three_rung_campaign_keeps_its_winner_and_reports_the_night(serving_fl
     assert "stage A, rung 1/5 01-pack_engram (host): " in run.stdout and "elapsed, about" in run.stdout
     summary = [r for r in run.results(task="Summary") if r.get("msg")][0]["msg"]
     assert len(summary) < 40 and summary[-1] == "Fleet proven on its incumbent: yes"
-    print(f"3-rung campaign: {wall:.0f} s wall; the campaign's own time {state.get('overhead')}")
+    gaps = progress_gaps(run)
+    print(f"3-rung campaign: {wall:.0f} s wall; the campaign's own time {state.get('overhead')}; "
+          f"{len(gaps)} progress gaps, max {max(gaps, default=0):.1f} s")
 
 
 def test_bad_input_is_refused_before_any_change(testbed, tmp_path):
