@@ -95,7 +95,7 @@ hm = _hm
 # the step does not wait a fixed time: it answers PROGRESS_INTERVAL_S after its previous answer, whatever
 # the turn cost, and at once when the job ends.
 PROGRESS_INTERVAL_S = 20.0
-PROGRESS_FIRST_WAIT_S = 10.0
+PROGRESS_FIRST_WAIT_S = 2.0  # the first line of a rung comes as soon as its nested run has started
 
 
 def progress_wait(previous_answer: float | None, call_start: float, interval_s: float = PROGRESS_INTERVAL_S,

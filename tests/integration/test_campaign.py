@@ -26,18 +26,25 @@ SLOW_SIM = 'engine_env_incumbent:\n  SIM_TIME_SCALE: "0.25"\n  SIM_RENDEZVOUS_TI
 def campaign(plan: str, window_end: str = "2h", **extra):
     run = run_playbook("campaign.yml", extravars={"window_confirmed": True, "window_end": window_end,
                                                   "campaign_plan": str(PLANS / plan), **extra})
+    # The campaign's folder as its own init step names it (another campaign started meanwhile, a bad-input
+    # test for one, makes the newest *-campaign folder of runs/ the wrong one).
+    inits = [r for r in run.results(module="campaign_step") if r.get("state_file")]
+    if inits:
+        run.run_dir = str(Path(inits[0]["state_file"]).parent)
     state = json.loads(Path(run.run_dir, "campaign-state.json").read_text()) if run.run_dir and \
         Path(run.run_dir, "campaign-state.json").is_file() else {}
     return run, state
 
 
 def progress_gaps(run) -> list[float]:
-    """Seconds between consecutive progress lines of the same rung (their events' creation times)."""
+    """Seconds between consecutive lines the rung loop prints (progress lines and each rung's decision), from
+    the first rung's start to the last rung's end (their events' creation times)."""
     import datetime as dt
 
-    lines = [(ev["event_data"].get("res", {}).get("msg", "").split(":")[0], dt.datetime.fromisoformat(ev["created"]))
-             for ev in run.events if ev.get("event") == "runner_on_ok" and ev.get("event_data", {}).get("task") == "Progress"]
-    return [(b[1] - a[1]).total_seconds() for a, b in zip(lines, lines[1:]) if a[0] == b[0]]
+    printed = [dt.datetime.fromisoformat(ev["created"]) for ev in run.events if ev.get("event") == "runner_on_ok"
+               and (ev["event_data"].get("task") == "Progress"
+                    or ev["event_data"].get("task", "").startswith(("Say what the rung decided", "Start ")))]
+    return [(b - a).total_seconds() for a, b in zip(printed, printed[1:])]
 
 
 def outcomes(state: dict) -> dict:
