@@ -56,8 +56,10 @@ def container_env(host, name: str) -> list:
                                               + ("dsv41-head" if name == "spark1" else "dsv41-worker")))[0]["Config"]["Env"]
 
 
-# Slow for now: its first full run on the merged tree has not been seen yet (issue 23 stays open); it moves
-# back into `make test` once it is measured against CI's 60-minute budget.
+# Slow: measured at 1,396 s (23 min, fixture included) on the shared 2-core machine (docs/campaign.md), against
+# at most ~8 min `make test` can add within CI's 60-minute budget. Its cost is the rollouts' own Ansible tasks
+# (~190 a rung: restore point, env rendering, the bench client installed for each arm, the host change's nested
+# playbook), not its benchmarks (4-7 s an arm), so fewer reps or tokens in the fixture plan cannot make it fit.
 @pytest.mark.slow
 def test_a_three_rung_campaign_keeps_its_winner_and_reports_the_night(serving_fleet, host):
     started = time.monotonic()
