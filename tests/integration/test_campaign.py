@@ -112,21 +112,39 @@ def test_bad_input_is_refused_before_any_change(testbed, tmp_path):
 
 @pytest.mark.slow
 def test_a_busy_fleet_is_refused_before_any_change(serving_fleet):
-    """A request in flight on the head: the campaign's read-only fleet check refuses (the rollout's own check)."""
+    """Requests in flight on the head for the whole run: the campaign's read-only fleet check refuses (the
+    rollout's own check). Two clients each send one long request after another, so one is always in flight:
+    a single request had ended before the check (which comes after the preflight and the plan, ~45 s in on
+    the loaded machine) and the campaign went on to run its first rung."""
     import threading
     import urllib.request
 
     specs = json.loads((state_dir() / "state.json").read_text())["specs"]
     url = f"http://{[s for s in specs if s['rank'] == 0][0]['address']}:8888/v1/chat/completions"
-    body = json.dumps({"model": "DeepSeek-V4.1-Flash", "max_tokens": 4000, "temperature": 0,
+    # ignore_eos: the simulator ends this prompt after a few tokens otherwise (3 requests, 24 tokens in all, and
+    # an idle head at the check, seen on the first runs of this test)
+    body = json.dumps({"model": "DeepSeek-V4.1-Flash", "max_tokens": 4000, "temperature": 0, "ignore_eos": True,
                        "messages": [{"role": "user", "content": "Write a long story about the sea."}]}).encode()
-    busy = threading.Thread(target=lambda: urllib.request.urlopen(
-        urllib.request.Request(url, body, {"Content-Type": "application/json"}), timeout=600).read(), daemon=True)
-    busy.start()
-    time.sleep(3)
-    run, _ = campaign("testbed-3.yml")
+    done = threading.Event()
+
+    def client():
+        while not done.is_set():
+            try:
+                urllib.request.urlopen(urllib.request.Request(url, body, {"Content-Type": "application/json"}),
+                                       timeout=600).read()
+            except OSError:
+                time.sleep(0.2)
+
+    clients = [threading.Thread(target=client, daemon=True) for _ in range(2)]
+    for c in clients:
+        c.start()
+        time.sleep(1)
+    try:
+        run, _ = campaign("testbed-3.yml")
+    finally:
+        done.set()
     assert run.rc != 0 and "a rollout needs an idle fleet. Nothing was changed." in run.stdout, run.stdout[-2000:]
-    assert not run.results(module="nested_play")
+    assert not run.results(module="nested_play") and not run.results(module="engine_container")
 
 
 @pytest.mark.slow
