@@ -110,39 +110,42 @@ def test_bad_input_is_refused_before_any_change(testbed, tmp_path):
     assert run.rc != 0 and "-e window_confirmed=true" in run.stdout
 
 
+# Two clients on the head itself, each sending one long request after another (ignore_eos: the simulator
+# ends this prompt after a few tokens otherwise), so one is always in flight.
+BUSY_CLIENTS = """
+import json, threading, time, urllib.request
+body = json.dumps({"model": "DeepSeek-V4.1-Flash", "max_tokens": 4000, "temperature": 0, "ignore_eos": True,
+                   "messages": [{"role": "user", "content": "Write a long story about the sea."}]}).encode()
+def client():
+    while True:
+        try:
+            urllib.request.urlopen(urllib.request.Request("http://127.0.0.1:8888/v1/chat/completions", body,
+                                                          {"Content-Type": "application/json"}), timeout=600).read()
+        except OSError:
+            time.sleep(0.2)
+for _ in range(2):
+    threading.Thread(target=client, daemon=True).start()
+    time.sleep(1)
+while True:
+    time.sleep(60)
+"""
+
+
 @pytest.mark.slow
 def test_a_busy_fleet_is_refused_before_any_change(serving_fleet):
     """Requests in flight on the head for the whole run: the campaign's read-only fleet check refuses (the
-    rollout's own check). Two clients each send one long request after another, so one is always in flight:
-    a single request had ended before the check (which comes after the preflight and the plan, ~45 s in on
-    the loaded machine) and the campaign went on to run its first rung."""
-    import threading
-    import urllib.request
+    rollout's own check). The first version sent one request from the test's own namespace, which cannot
+    reach the head's address: the head was idle at the check and the campaign ran its first rung."""
+    from tests.integration.conftest import FLEET
 
-    specs = json.loads((state_dir() / "state.json").read_text())["specs"]
-    url = f"http://{[s for s in specs if s['rank'] == 0][0]['address']}:8888/v1/chat/completions"
-    # ignore_eos: the simulator ends this prompt after a few tokens otherwise (3 requests, 24 tokens in all, and
-    # an idle head at the check, seen on the first runs of this test)
-    body = json.dumps({"model": "DeepSeek-V4.1-Flash", "max_tokens": 4000, "temperature": 0, "ignore_eos": True,
-                       "messages": [{"role": "user", "content": "Write a long story about the sea."}]}).encode()
-    done = threading.Event()
-
-    def client():
-        while not done.is_set():
-            try:
-                urllib.request.urlopen(urllib.request.Request(url, body, {"Content-Type": "application/json"}),
-                                       timeout=600).read()
-            except OSError:
-                time.sleep(0.2)
-
-    clients = [threading.Thread(target=client, daemon=True) for _ in range(2)]
-    for c in clients:
-        c.start()
-        time.sleep(1)
+    clients = subprocess.Popen(FLEET + ["exec", "spark1", "--", "python3", "-c", BUSY_CLIENTS],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
+        time.sleep(3)
         run, _ = campaign("testbed-3.yml")
     finally:
-        done.set()
+        os.killpg(clients.pid, signal.SIGTERM)
+        clients.wait()
     assert run.rc != 0 and "a rollout needs an idle fleet. Nothing was changed." in run.stdout, run.stdout[-2000:]
     assert not run.results(module="nested_play") and not run.results(module="engine_container")
 
