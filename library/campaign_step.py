@@ -66,19 +66,29 @@ options:
     type: dict
     default: {}
   results_file:
-    description: For O(action=progress), the rung's async job results file; the step waits up to O(wait_s) for it to end.
+    description: For O(action=progress), the rung's async job results file; the step waits for it to end, at most until
+      O(interval_s) after its previous answer (C(progress_wait) of C(module_utils/campaign_window.py)).
     type: path
   pid_file:
     description: For O(action=progress), the nested run's pid file; a job whose process is gone has ended.
     type: path
-  wait_s:
-    description: For O(action=progress), seconds to wait for the job to end before answering.
+  interval_s:
+    description: >-
+      For O(action=progress), seconds between two answers (so between two progress lines, whatever the turn of
+      the playbook around the call costs); the step answers at once when the job ends.
     type: int
-    default: 0
+    default: 20
   slots:
-    description: Request slots of the incumbent now (O(action=next)); the final curve stops at this concurrency.
+    description: >-
+      Request slots of the incumbent now (O(action=next)) when O(incumbent_file) does not set them; the final
+      curve stops at this concurrency.
     type: int
     default: 4
+  incumbent_file:
+    description: >-
+      The incumbent file a kept rung rewrites (group_vars/all/incumbent.yml, strings tagged C(!unsafe)); for
+      O(action=next), its C(engine_env_incumbent.MAX_RUNNING_REQUESTS) gives the slots.
+    type: path
 attributes:
   check_mode:
     support: full
@@ -154,7 +164,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils import campaign_state as cs
 from ansible.module_utils.campaign_plan import PlanError, load_plan, rungs
 from ansible.module_utils.campaign_report import overhead, write as write_report
-from ansible.module_utils.campaign_window import WindowError, deadline, estimate, hm
+from ansible.module_utils.campaign_window import WindowError, deadline, estimate, hm, progress_wait
 from ansible.module_utils.experiments import data_yaml, trial_phase
 from ansible.module_utils.nested_play import progress as nested_progress
 
@@ -168,7 +178,7 @@ def _catalog(state: dict, catalog_dir: str) -> dict:
     return catalog
 
 
-def job_finished(results_file: str, pid_file: str | None, wait_s: int) -> bool:
+def job_finished(results_file: str, pid_file: str | None, wait_s: float) -> bool:
     """Wait up to wait_s for an async job (async_wrapper's results file) to end: ended when the file holds the
     module's result rather than the {started: 1, finished: 0} placeholder, or when the job's process is gone."""
     import time
@@ -192,7 +202,31 @@ def job_finished(results_file: str, pid_file: str | None, wait_s: int) -> bool:
                 pass
         if time.monotonic() >= end:
             return False
-        time.sleep(1)
+        time.sleep(min(1.0, max(end - time.monotonic(), 0.05)))
+
+
+PROGRESS_MARK = "progress.json"
+
+
+def _progress(module, r: dict, folder: str, p: dict) -> dict:
+    """Wait for the rung's job until interval_s after the previous answer (its time in <rung>/progress.json),
+    then answer: {finished, waited_s}."""
+    import time
+
+    mark = os.path.join(folder, PROGRESS_MARK)
+    previous = None
+    try:
+        with open(mark) as fh:
+            previous = float(json.load(fh).get("answered"))
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass
+    wait = progress_wait(previous, time.time(), interval_s=float(p["interval_s"]))
+    finished = job_finished(p["results_file"], p["pid_file"], wait) if p["results_file"] else False
+    if not module.check_mode and os.path.isdir(folder):
+        with open(mark + ".tmp", "w") as fh:
+            json.dump({"answered": time.time(), "rung": r["id"]}, fh)
+        os.replace(mark + ".tmp", mark)
+    return {"finished": finished, "waited_s": round(wait, 1)}
 
 
 def _summary(state: dict) -> list[dict]:
@@ -208,8 +242,8 @@ def main() -> None:
         window_end=dict(type="str"), kept=dict(type="list", elements="str", default=[]),
         resume=dict(type="bool", default=False), rung=dict(type="str"), reason=dict(type="str", default=""),
         step=dict(type="dict", default={}), nested=dict(type="dict", default={}),
-        slots=dict(type="int", default=4), results_file=dict(type="path"), pid_file=dict(type="path"),
-        wait_s=dict(type="int", default=0)), supports_check_mode=True)
+        slots=dict(type="int", default=4), incumbent_file=dict(type="path"), results_file=dict(type="path"), pid_file=dict(type="path"),
+        interval_s=dict(type="int", default=20)), supports_check_mode=True)
     p = module.params
     run_dir, now, out = p["run_dir"], _now(), {"changed": False}
 
@@ -250,7 +284,8 @@ def main() -> None:
                     fh.write(data_yaml(doc, f"{doc['name']}: written by playbooks/campaign.yml for rung {step['rung']}"))
                 step["experiment_doc"] = doc
             if step["action"] == "run":
-                step["playbook"], nested_vars = cs.nested_run(state, step, p["slots"])
+                slots = cs.incumbent_slots(p["incumbent_file"], p["slots"]) if p["incumbent_file"] else p["slots"]
+                step["playbook"], nested_vars = cs.nested_run(state, step, slots)
                 step["vars_file"] = os.path.join(step["run_dir"], "rung-vars.json")
                 if not module.check_mode:
                     os.makedirs(step["run_dir"], exist_ok=True)
@@ -288,6 +323,10 @@ def main() -> None:
             if isinstance((p["nested"] or {}).get("elapsed_s"), (int, float)):
                 done["nested_s"] = float(p["nested"]["elapsed_s"])
             save(state)
+            # For the campaign's record.json (plugins/callback/run_record.py): the rung as decided and what its
+            # nested run returned (rc, status, per-host stats, failures, seconds).
+            out["rung"] = done
+            out["nested"] = {k: (p["nested"] or {}).get(k) for k in ("rc", "status", "ok", "stats", "failures", "elapsed_s")}
         elif p["action"] == "skip":
             cs.skip(state, p["rung"], p["reason"])
             save(state)
@@ -298,9 +337,10 @@ def main() -> None:
             cs.stop(state, p["reason"])
             save(state)
         elif p["action"] == "progress":
-            out["finished"] = job_finished(p["results_file"], p["pid_file"], p["wait_s"]) if p["results_file"] else False
             r = cs.rung(state, p["rung"])
             folder = r.get("run_dir") or cs.rung_dir(state, r)
+            out.update(_progress(module, r, folder, p))
+            now = _now()
             started = dt.datetime.fromisoformat(r["started"]) if r.get("started") else now
             elapsed = (now - started).total_seconds()
             need = estimate(r["kind"], cs.measured(state), int(state["plan"]["rung_budget_s"]))
@@ -314,14 +354,14 @@ def main() -> None:
         elif p["action"] == "report":
             if not state.get("finished") and not any(r["status"] in ("pending", "running") for r in state["rungs"]):
                 state["finished"] = now.isoformat()
-            state["overhead"] = overhead(state, now)
+            state["overhead"] = overhead(state, now, run_dir)
             save(state)
             if not module.check_mode:
                 rep = write_report(state, _catalog(state, p["catalog"]), run_dir)
                 out.update(report=rep["report"], plots=rep["plots"], summary=rep["summary"], changed=True)
     except (PlanError, WindowError, cs.StateError) as exc:
         module.fail_json(msg=f"{exc}." + (" Nothing was changed." if p["action"] == "init" else ""))
-    out.update(rungs=_summary(state), deadline=state["deadline"], stopped=state.get("stopped"),
+    out.update(action=p["action"], rungs=_summary(state), deadline=state["deadline"], stopped=state.get("stopped"),
                kept=state.get("kept"), state_file=os.path.join(run_dir, cs.STATE_FILE))
     module.exit_json(**out)
 

@@ -162,15 +162,37 @@ def next_action(state: dict, catalog: dict[str, dict], now: dt.datetime) -> dict
             "experiment_doc": doc, "window": window}
 
 
+def incumbent_slots(path: str, default: int = 4) -> int:
+    """The request slots (MAX_RUNNING_REQUESTS) of the incumbent file roles/rollout writes (every string
+    tagged ``!unsafe``, module_utils/experiments.py data_yaml, which Jinja's from_yaml cannot read), else
+    ``default``: a missing or unreadable file, or an incumbent that does not set them."""
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    _Loader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
+    try:
+        with open(path) as fh:
+            data = yaml.load(fh, Loader=_Loader) or {}
+        value = ((data.get("engine_env_incumbent") or {}) if isinstance(data, dict) else {}).get("MAX_RUNNING_REQUESTS")
+        return int(value) if value is not None else int(default)
+    except (OSError, yaml.YAMLError, ValueError, TypeError, AttributeError):
+        return int(default)
+
+
 def nested_run(state: dict, step: dict, slots: int = 4) -> tuple[str, dict]:
     """(playbook, extra vars) of a rung's nested run: rollout.yml with the plan's rollout variables for a
     rollout rung; baseline.yml or bench.yml for a measurement (the curve up to the incumbent's slots)."""
     r = rung(state, step["rung"])
-    settings = dict(state["plan"].get("rollout") or {})
+    # The campaign ran the read-only preflight with parity required before its first rung; a rung's nested
+    # run does not repeat it (15-20 s a rung on the testbed) and says so in its record. Its own restore-point
+    # checks (serving, idle, exactly the incumbent's env) still run before it changes anything.
+    settings = dict(state["plan"].get("rollout") or {}, preflight_skip=True)
     types = settings.get("rollout_types") or ["prose", "code"]
     bench = {"bench_types": types, "bench_concurrency": settings.get("rollout_concurrency") or [1, 2, 4],
              "bench_reps": settings.get("rollout_reps", 5), "bench_warmup": settings.get("rollout_warmup", 2),
-             "bench_max_tokens": settings.get("rollout_max_tokens", 64), "bench_ignore_errors": True}
+             "bench_max_tokens": settings.get("rollout_max_tokens", 64), "bench_ignore_errors": True, "preflight_skip": True}
     if r["kind"] == "baseline":
         return "baseline.yml", dict(bench, bench_label="baseline",
                                     baseline_require_quiet="quiesce" in (state.get("kept") or []))

@@ -87,3 +87,23 @@ def _hm(seconds: float) -> str:
 
 
 hm = _hm
+
+
+# Progress lines during a rung (issue 23 item 7: at least every 30 s). A progress step is one module call
+# that waits for the rung's job and then answers; the playbook prints its line and calls again. The turn
+# around the call (printing, include_tasks, starting the module) costs 3-25 s on a loaded controller, so
+# the step does not wait a fixed time: it answers PROGRESS_INTERVAL_S after its previous answer, whatever
+# the turn cost, and at once when the job ends.
+PROGRESS_INTERVAL_S = 20.0
+PROGRESS_FIRST_WAIT_S = 2.0  # the first line of a rung comes as soon as its nested run has started
+
+
+def progress_wait(previous_answer: float | None, call_start: float, interval_s: float = PROGRESS_INTERVAL_S,
+                  first_wait_s: float = PROGRESS_FIRST_WAIT_S) -> float:
+    """Seconds a progress step may wait for the job before it answers: what is left of ``interval_s`` since
+    the previous step answered (its wall-clock ``time.time()``), never less than 0 nor more than
+    ``interval_s``; ``first_wait_s`` for the first step of a rung (no previous answer)."""
+    if previous_answer is None:
+        return max(0.0, min(first_wait_s, interval_s))
+    left = previous_answer + interval_s - call_start
+    return max(0.0, min(left, interval_s))

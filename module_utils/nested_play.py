@@ -98,7 +98,9 @@ def progress(private_dir: str) -> dict:
     """Where a nested run stands from its events so far: {task, host, events, play}."""
     folder = os.path.join(private_dir, "artifacts", IDENT, "job_events")
     latest: dict = {}
-    names = sorted(glob.glob(os.path.join(folder, "*.json")), key=lambda p: int(os.path.basename(p).split("-", 1)[0]))
+    # <counter>-<uuid>.json; ansible-runner also writes <uuid>-partial.json while an event is being written
+    names = sorted((p for p in glob.glob(os.path.join(folder, "*.json")) if os.path.basename(p).split("-", 1)[0].isdigit()),
+                   key=lambda p: int(os.path.basename(p).split("-", 1)[0]))
     for path in reversed(names[-50:]):
         try:
             with open(path) as fh:

@@ -2,7 +2,8 @@
 
 runs/<UTC timestamp>-<playbook>/record.json holds the inventory (ranks, roles), the outcome, the
 per-host stats, every failure with its message, and the results of sparkfleet's own modules
-(snapshots, engram plans and packs, boot-log facts, autotune inventories, container diffs, benchmarks).
+(snapshots, engram plans and packs, boot-log facts, autotune inventories, container diffs, benchmarks, the
+nested plays and decisions of a campaign).
 Boot logs and bench results are written beside it by the roles, which find the folder through the
 SPARKFLEET_RUN_DIR environment variable this plugin sets when the playbook starts (set it yourself to
 choose the folder).
@@ -45,7 +46,11 @@ RECORDED_MODULES = {
     "engram_pack", "engram_status_info", "engram_status", "boot_log_info", "boot_log_facts", "autotune_cache",
     "fleet_snapshot_info", "fleet_snapshot", "engine_container",
     "decode_bench", "bench_report", "node_preflight", "engine_liveness",
+    # A campaign's rungs (issue 23): each nested run's result (rc, stats, failures, seconds) and each
+    # campaign_step decision; campaign_step's progress steps (one every ~20 s) are left out.
+    "nested_play", "campaign_step",
 }
+NOT_RECORDED = {("campaign_step", "progress")}
 MAX_RESULT_CHARS = 200_000
 
 
@@ -113,6 +118,8 @@ class CallbackModule(CallbackBase):
         action = _short(result._task.action or "")
         host = result._host.get_name()
         data = self._clean(result._result)
+        if (action, data.get("action")) in NOT_RECORDED:
+            return
         if status == "failed":
             self.record["failures"].append({"host": host, "task": result._task.get_name(), "msg": data.get("msg", "")})
         # "Record:" tasks are kept too, in a role as well (get_name() prefixes the role's name).

@@ -6,6 +6,9 @@ Fixtures:
 - `fresh_testbed`: a seed testbed rebuilt for this test (down + up, ~4 s), for tests that change hosts.
 - `run_playbook(name, **kw)`: ansible-runner on playbooks/<name>; returns a PlaybookRun.
 - `host(name)`: a testinfra host over the same SSH connection Ansible uses.
+- `serving_fleet`: a fresh seed testbed serving (engine.yml) on the incumbent the test module's `SLOW_SIM`
+  gives (written to inventory/testbed/group_vars/all/incumbent.yml, removed afterwards); test_rollout.py and
+  test_campaign.py share it.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = [sys.executable, str(ROOT / "testbed" / "fleet")]
 INVENTORY = ROOT / "inventory" / "testbed"
+INCUMBENT = INVENTORY / "group_vars" / "all" / "incumbent.yml"
 
 pytestmark = pytest.mark.testbed
 # testinfra and ansible-runner call ansible-* by name: use the venv that runs the tests.
@@ -140,6 +144,17 @@ def fresh_testbed():
         pytest.skip("the testbed needs root")
     ensure_testbed(fresh=True)
     yield
+
+
+@pytest.fixture
+def serving_fleet(request):
+    """A fresh seed testbed serving the incumbent of the module's SLOW_SIM (incumbent.yml text)."""
+    ensure_testbed(fresh=True)
+    INCUMBENT.write_text(request.module.SLOW_SIM)
+    start = run_playbook("engine.yml")
+    assert start.rc == 0, start.stdout[-2000:]
+    yield
+    INCUMBENT.unlink(missing_ok=True)
 
 
 @pytest.fixture(name="run_playbook")

@@ -13,31 +13,38 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import ROOT, ensure_testbed, run_playbook, state_dir
+from tests.integration.conftest import ROOT, run_playbook, state_dir
 
 pytestmark = pytest.mark.testbed
 PLANS = Path(__file__).parent / "fixtures" / "campaigns"
 INCUMBENT = ROOT / "inventory" / "testbed" / "group_vars" / "all" / "incumbent.yml"
 # As in test_rollout.py: a quarter of real time keeps the benchmark's noise near 1%.
+# conftest.py's serving_fleet fixture boots the fleet on this incumbent.
 SLOW_SIM = 'engine_env_incumbent:\n  SIM_TIME_SCALE: "0.25"\n  SIM_RENDEZVOUS_TIMEOUT_S: "20"\n'
-
-
-@pytest.fixture
-def serving_fleet():
-    ensure_testbed(fresh=True)
-    INCUMBENT.write_text(SLOW_SIM)
-    start = run_playbook("engine.yml")
-    assert start.rc == 0, start.stdout[-2000:]
-    yield
-    INCUMBENT.unlink(missing_ok=True)
 
 
 def campaign(plan: str, window_end: str = "2h", **extra):
     run = run_playbook("campaign.yml", extravars={"window_confirmed": True, "window_end": window_end,
                                                   "campaign_plan": str(PLANS / plan), **extra})
+    # The campaign's folder as its own init step names it (another campaign started meanwhile, a bad-input
+    # test for one, makes the newest *-campaign folder of runs/ the wrong one).
+    inits = [r for r in run.results(module="campaign_step") if r.get("state_file")]
+    if inits:
+        run.run_dir = str(Path(inits[0]["state_file"]).parent)
     state = json.loads(Path(run.run_dir, "campaign-state.json").read_text()) if run.run_dir and \
         Path(run.run_dir, "campaign-state.json").is_file() else {}
     return run, state
+
+
+def progress_gaps(run) -> list[float]:
+    """Seconds between consecutive lines the rung loop prints (progress lines and each rung's decision), from
+    the first rung's start to the last rung's end (their events' creation times)."""
+    import datetime as dt
+
+    printed = [dt.datetime.fromisoformat(ev["created"]) for ev in run.events if ev.get("event") == "runner_on_ok"
+               and (ev["event_data"].get("task") == "Progress"
+                    or ev["event_data"].get("task", "").startswith(("Say what the rung decided", "Start ")))]
+    return [(b - a).total_seconds() for a, b in zip(printed, printed[1:])]
 
 
 def outcomes(state: dict) -> dict:
@@ -49,8 +56,10 @@ def container_env(host, name: str) -> list:
                                               + ("dsv41-head" if name == "spark1" else "dsv41-worker")))[0]["Config"]["Env"]
 
 
-# Slow for now: its first full run on the merged tree has not been seen yet (issue 23 stays open); it moves
-# back into `make test` once it is measured against CI's 60-minute budget.
+# Slow: measured at 1,396 s (23 min, fixture included) on the shared 2-core machine (docs/campaign.md), against
+# at most ~8 min `make test` can add within CI's 60-minute budget. Its cost is the rollouts' own Ansible tasks
+# (~190 a rung: restore point, env rendering, the bench client installed for each arm, the host change's nested
+# playbook), not its benchmarks (4-7 s an arm), so fewer reps or tokens in the fixture plan cannot make it fit.
 @pytest.mark.slow
 def test_a_three_rung_campaign_keeps_its_winner_and_reports_the_night(serving_fleet, host):
     started = time.monotonic()
@@ -73,7 +82,9 @@ def test_a_three_rung_campaign_keeps_its_winner_and_reports_the_night(serving_fl
     assert "stage A, rung 1/5 01-pack_engram (host): " in run.stdout and "elapsed, about" in run.stdout
     summary = [r for r in run.results(task="Summary") if r.get("msg")][0]["msg"]
     assert len(summary) < 40 and summary[-1] == "Fleet proven on its incumbent: yes"
-    print(f"3-rung campaign: {wall:.0f} s wall; the campaign's own time {state.get('overhead')}")
+    gaps = progress_gaps(run)
+    print(f"3-rung campaign: {wall:.0f} s wall; the campaign's own time {state.get('overhead')}; "
+          f"{len(gaps)} progress gaps, max {max(gaps, default=0):.1f} s")
 
 
 def test_bad_input_is_refused_before_any_change(testbed, tmp_path):
@@ -99,23 +110,44 @@ def test_bad_input_is_refused_before_any_change(testbed, tmp_path):
     assert run.rc != 0 and "-e window_confirmed=true" in run.stdout
 
 
+# Two clients on the head itself, each sending one long request after another (ignore_eos: the simulator
+# ends this prompt after a few tokens otherwise), so one is always in flight.
+BUSY_CLIENTS = """
+import json, threading, time, urllib.request
+body = json.dumps({"model": "DeepSeek-V4.1-Flash", "max_tokens": 4000, "temperature": 0, "ignore_eos": True,
+                   "messages": [{"role": "user", "content": "Write a long story about the sea."}]}).encode()
+def client():
+    while True:
+        try:
+            urllib.request.urlopen(urllib.request.Request("http://127.0.0.1:8888/v1/chat/completions", body,
+                                                          {"Content-Type": "application/json"}), timeout=600).read()
+        except OSError:
+            time.sleep(0.2)
+for _ in range(2):
+    threading.Thread(target=client, daemon=True).start()
+    time.sleep(1)
+while True:
+    time.sleep(60)
+"""
+
+
 @pytest.mark.slow
 def test_a_busy_fleet_is_refused_before_any_change(serving_fleet):
-    """A request in flight on the head: the campaign's read-only fleet check refuses (the rollout's own check)."""
-    import threading
-    import urllib.request
+    """Requests in flight on the head for the whole run: the campaign's read-only fleet check refuses (the
+    rollout's own check). The first version sent one request from the test's own namespace, which cannot
+    reach the head's address: the head was idle at the check and the campaign ran its first rung."""
+    from tests.integration.conftest import FLEET
 
-    specs = json.loads((state_dir() / "state.json").read_text())["specs"]
-    url = f"http://{[s for s in specs if s['rank'] == 0][0]['address']}:8888/v1/chat/completions"
-    body = json.dumps({"model": "DeepSeek-V4.1-Flash", "max_tokens": 4000, "temperature": 0,
-                       "messages": [{"role": "user", "content": "Write a long story about the sea."}]}).encode()
-    busy = threading.Thread(target=lambda: urllib.request.urlopen(
-        urllib.request.Request(url, body, {"Content-Type": "application/json"}), timeout=600).read(), daemon=True)
-    busy.start()
-    time.sleep(3)
-    run, _ = campaign("testbed-3.yml")
+    clients = subprocess.Popen(FLEET + ["exec", "spark1", "--", "python3", "-c", BUSY_CLIENTS],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        time.sleep(3)
+        run, _ = campaign("testbed-3.yml")
+    finally:
+        os.killpg(clients.pid, signal.SIGTERM)
+        clients.wait()
     assert run.rc != 0 and "a rollout needs an idle fleet. Nothing was changed." in run.stdout, run.stdout[-2000:]
-    assert not run.results(module="nested_play")
+    assert not run.results(module="nested_play") and not run.results(module="engine_container")
 
 
 @pytest.mark.slow

@@ -17,19 +17,10 @@ FIXTURES = Path(__file__).parent / "fixtures"
 INCUMBENT = ROOT / "inventory" / "testbed" / "group_vars" / "all" / "incumbent.yml"
 # The simulator at the testbed's default time scale (0.25: 25 ms steps, docs/simulator.md); a rank that never
 # joins fails the others' rendezvous after 20 s instead of 90.
+# conftest.py's serving_fleet fixture boots the fleet on this incumbent.
 SLOW_SIM = 'engine_env_incumbent:\n  SIM_RENDEZVOUS_TIMEOUT_S: "20"\n'
 FAST = {"rollout_types": ["prose"], "rollout_concurrency": [1], "rollout_reps": 5, "rollout_warmup": 1,
         "rollout_max_tokens": 48, "window_confirmed": True}
-
-
-@pytest.fixture
-def serving_fleet():
-    ensure_testbed(fresh=True)
-    INCUMBENT.write_text(SLOW_SIM)
-    start = run_playbook("engine.yml")
-    assert start.rc == 0, start.stdout[-2000:]
-    yield
-    INCUMBENT.unlink(missing_ok=True)
 
 
 def containers(run_dir_record: dict) -> dict:

@@ -81,3 +81,33 @@ def test_the_morning_report_tells_the_whole_night(tmp_path):
 def test_seconds_to_failure_run_from_the_first_stamp_to_the_error():
     assert seconds_to_failure(str(FAILED_LOG), None) == 206.0
     assert seconds_to_failure(str(FAILED_LOG), 11) == 205.0
+
+
+def _event(folder, n, action, start, seconds, changed=True, event="runner_on_ok"):
+    t0 = dt.datetime(2026, 12, 2, 23, 0, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=start)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{n}-x.json").write_text(json.dumps({"event": event, "event_data": {
+        "task_action": action, "start": t0.isoformat(), "end": (t0 + dt.timedelta(seconds=seconds)).isoformat(),
+        "res": {"changed": changed}}}))
+
+
+def test_the_campaigns_own_time_counts_boots_and_benchmarks_once_across_ranks_and_nested_runs(tmp_path):
+    """ansible-runner's job events of every nested run under the campaign's folder: three ranks booting in
+    parallel count once, a read of a container (not changed) is not a boot, a failed boot is, the nested
+    apply play's pack counts."""
+    from ansible.module_utils.campaign_report import overhead, work_s
+
+    events = tmp_path / "rungs" / "01-pack_engram" / "runner" / "artifacts" / "nested" / "job_events"
+    _event(events, 1, "engine_container", 0, 3, changed=False)        # compare: a read
+    for i, rank_start in enumerate((10, 10.5, 11)):                    # stop+start on three ranks, overlapping
+        _event(events, 2 + i, "engine_container", rank_start, 4)
+    _event(events, 5, "decode_bench", 30, 20)
+    _event(events, 6, "ansible.builtin.template", 60, 5)               # env rendering: overhead
+    _event(events, 7, "engine_container", 70, 6, changed=False, event="runner_on_failed")  # a boot that failed
+    apply = tmp_path / "rungs" / "01-pack_engram" / "apply" / "runner" / "artifacts" / "nested" / "job_events"
+    _event(apply, 1, "engram_pack", 100, 10)
+    assert work_s(str(tmp_path)) == 5 + 20 + 6 + 10
+    state = {"started": "2026-12-02T23:00:00+00:00", "rungs": [{"nested_s": 150.0}]}
+    cost = overhead(state, dt.datetime(2026, 12, 2, 23, 3, 20, tzinfo=dt.timezone.utc), str(tmp_path))
+    assert cost == {"wall_s": 200.0, "nested_s": 150.0, "overhead_s": 50.0, "percent": 25.0,
+                    "work_s": 41.0, "other_s": 159.0, "other_percent": 79.5}

@@ -137,3 +137,25 @@ def test_relocation_needs_the_operators_opt_in(tmp_path):
                          str(tmp_path))
     action = cs.next_action(state, catalog, NOW)
     assert action["action"] == "skip" and "relocation: true" in action["reason"]
+
+
+def test_a_rungs_nested_run_skips_the_preflight_the_campaign_already_ran(tmp_path):
+    state, catalog = campaign(tmp_path, name="testbed-3.yml")
+    action = cs.next_action(state, catalog, NOW)
+    playbook, nested = cs.nested_run(state, action)
+    assert playbook == "rollout.yml" and nested["preflight_skip"] is True and nested["window_confirmed"] is True
+    assert nested["rollout_reps"] == 5 and nested["experiment"] == "pack_engram"
+
+
+def test_the_incumbents_slots_are_read_from_the_file_the_rollout_writes(tmp_path):
+    """roles/rollout writes incumbent.yml with every string tagged !unsafe (data_yaml); Jinja's from_yaml
+    cannot read that tag, which failed the 3-rung campaign's second turn after pack_engram was kept."""
+    from ansible.module_utils.experiments import data_yaml
+
+    path = tmp_path / "incumbent.yml"
+    path.write_text(data_yaml({"incumbent_experiments": ["pack_engram"],
+                               "engine_env_incumbent": {"SIM_TIME_SCALE": "0.25", "MAX_RUNNING_REQUESTS": "8"}}, "x"))
+    assert "!unsafe" in path.read_text() and cs.incumbent_slots(str(path), 4) == 8
+    path.write_text(data_yaml({"incumbent_experiments": ["pack_engram"], "engine_env_incumbent": {"A": "1"}}))
+    assert cs.incumbent_slots(str(path), 4) == 4
+    assert cs.incumbent_slots(str(tmp_path / "missing.yml"), 3) == 3

@@ -53,3 +53,14 @@ def test_a_nested_play_inside_an_ansible_runner_run_keeps_its_own_display(tmp_pa
               extra_vars={"greeting": "hello", "name": "spark1"})
     assert out["rc"] == 0, out["stdout_tail"]
     assert "hello spark1" in out["stdout_tail"]
+
+
+def test_progress_reads_past_the_partial_event_ansible_runner_is_writing(tmp_path):
+    """ansible-runner writes <uuid>-partial.json beside <counter>-<uuid>.json while an event is in flight; the
+    campaign's progress step failed on it ("invalid literal for int() with base 10: '02fc0000'")."""
+    events = tmp_path / "runner" / "artifacts" / "nested" / "job_events"
+    events.mkdir(parents=True)
+    (events / "1-aaaa.json").write_text(json.dumps({"event_data": {"task": "Boot", "host": "spark1", "play": "p"}}))
+    (events / "2-bbbb.json").write_text(json.dumps({"event_data": {"task": "Bench", "host": "spark3", "play": "p"}}))
+    (events / "02fc0000-1111-2222-3333-444455556666-partial.json").write_text("{}")
+    assert progress(str(tmp_path / "runner")) == {"task": "Bench", "host": "spark3", "play": "p", "events": 2}

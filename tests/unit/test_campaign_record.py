@@ -1,0 +1,52 @@
+"""A campaign's record.json (issue 23; plugins/callback/run_record.py) carries each rung's campaign_step
+decisions and what its nested run returned, secrets masked, without the ~20 s progress steps. A real
+ansible-playbook run on localhost calling the real module on the 3-rung fixture plan."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAN = ROOT / "tests" / "integration" / "fixtures" / "campaigns" / "testbed-3.yml"
+
+
+def test_record_json_holds_the_rungs_nested_results_masked_and_no_progress_steps(tmp_path):
+    campaign = tmp_path / "campaign"
+    done = tmp_path / "job-result.json"
+    done.write_text(json.dumps({"rc": 2, "finished": 1}))
+    common = {"run_dir": str(campaign), "catalog": str(ROOT / "experiments")}
+    nested = {"rc": 2, "status": "failed", "ok": False, "elapsed_s": 12.5, "stats": {"failures": {"spark2": 1}},
+              "failures": [{"host": "spark2", "task": "Boot", "msg": "env HF_TOKEN=hf_nested_secret_42 rejected"}],
+              "stdout_tail": "long output"}
+    tasks = [
+        {"name": "Init", "campaign_step": dict(common, action="init", plan=str(PLAN), window_end="2h")},
+        {"name": "Next", "campaign_step": dict(common, action="next"), "register": "nxt"},
+        {"name": "Start", "campaign_step": dict(common, action="start", rung="{{ nxt.step.rung }}",
+                                                step="{{ nxt.step }}")},
+        {"name": "Progress", "campaign_step": dict(common, action="progress", rung="{{ nxt.step.rung }}",
+                                                   results_file=str(done), interval_s=1)},
+        {"name": "Finish", "campaign_step": dict(common, action="finish", rung="{{ nxt.step.rung }}",
+                                                 nested=nested)},
+    ]
+    play = tmp_path / "p.yml"
+    play.write_text(yaml.safe_dump([{"hosts": "localhost", "connection": "local", "gather_facts": False,
+                                     "tasks": tasks}]))
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), SPARKFLEET_RUN_DIR=str(run_dir),
+               ANSIBLE_HOME=str(tmp_path / ".ansible"))
+    out = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(play),
+                          "-e", '{"ansible_python_interpreter": "' + sys.executable + '"}'],
+                         cwd=ROOT, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    record = json.loads((run_dir / "record.json").read_text())
+    steps = [r for r in record["results"] if r["module"] == "campaign_step"]
+    assert [r["result"]["action"] for r in steps] == ["init", "next", "start", "finish"]
+    finish = steps[-1]["result"]
+    assert finish["rung"]["id"] == "01-pack_engram" and finish["rung"]["nested_s"] == 12.5
+    assert finish["nested"]["rc"] == 2 and finish["nested"]["stats"] == {"failures": {"spark2": 1}}
+    assert "stdout_tail" not in finish["nested"]
+    text = (run_dir / "record.json").read_text()
+    assert "hf_nested_secret_42" not in text and "HF_TOKEN=********" in text
