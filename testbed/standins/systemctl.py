@@ -11,9 +11,9 @@ import subprocess
 import sys
 import time
 
-REAL = "/usr/lib/sparkfleet-testbed-state/systemctl3.py"
-TIMES = "/run/testbed/systemd-times.json"
-UNIT_DIR = "/etc/systemd/system"
+REAL = os.environ.get("TESTBED_SYSTEMCTL3", "/usr/lib/sparkfleet-testbed-state/systemctl3.py")   # tests set these
+TIMES = os.environ.get("TESTBED_SYSTEMD_TIMES", "/run/testbed/systemd-times.json")
+UNIT_DIR = os.environ.get("TESTBED_UNIT_DIR", "/etc/systemd/system")
 CHANGING = {"start", "stop", "restart", "try-restart", "reload-or-restart", "reload-or-try-restart",
             "condrestart", "force-reload", "kill"}
 RESTARTS = {"restart", "try-restart", "reload-or-restart", "reload-or-try-restart", "condrestart", "force-reload"}
