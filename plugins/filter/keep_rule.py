@@ -1,12 +1,14 @@
 """Filters for the rollout decision (module_utils/keep_rule.py) in playbooks: `keep_decision`,
 `autotune_comparable`, `rollout_judge` (gates, guards, memory ledger and keep rule in one call),
-`rollout_apply_failures` and `rollout_summary`."""
+`rollout_apply_failures`, `rollout_summary`, and the guard before a rollout (module_utils/boot_currency.py):
+`rollout_boot_changes`, `rollout_boot_refusal`."""
 from __future__ import annotations
 
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "module_utils"))
+from boot_currency import changes_since_boot, refusal  # noqa: E402
 from keep_rule import apply_failures as _parse_failures, attribute_failures, autotune_comparable, decide, judge, summary  # noqa: E402
 
 
@@ -57,8 +59,19 @@ def rollout_summary(result, run_dir):
     return summary(_plain(result), str(run_dir))
 
 
+def rollout_boot_changes(engine, containers, display=None, quiesce=None):
+    """What changed on a rank after its engine container started (module_utils/boot_currency.py)."""
+    return changes_since_boot(_plain(engine), _plain(containers or []), _plain(display) if display else None,
+                              _plain(quiesce) if quiesce else None)
+
+
+def rollout_boot_refusal(result, host, rank):
+    return refusal(str(host), rank, _plain(result))
+
+
 class FilterModule:
     def filters(self):
         return {"keep_decision": keep_decision, "autotune_comparable": rollout_autotune_comparable,
                 "rollout_judge": rollout_judge, "rollout_apply_failures": rollout_apply_failures,
-                "rollout_summary": rollout_summary}
+                "rollout_summary": rollout_summary, "rollout_boot_changes": rollout_boot_changes,
+                "rollout_boot_refusal": rollout_boot_refusal}

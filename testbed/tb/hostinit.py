@@ -75,7 +75,7 @@ def main() -> None:
     tools = {"/usr/bin/nvidia-smi": f"{standins}/nvidia_smi.py", "/usr/bin/docker": f"{standins}/docker.py",
              "/usr/sbin/update-initramfs": f"{standins}/update_initramfs.sh",
              "/usr/bin/journalctl": f"{standins}/journalctl.py",
-             "/usr/bin/systemctl": os.path.join(state_dir, "systemctl3.py")}
+             "/usr/bin/systemctl": f"{standins}/systemctl.py"}   # in front of state_dir/systemctl3.py
     for path, target in tools.items():
         link(target, path)
         # A same-named tool earlier on PATH (the machine's own docker client in /usr/local/bin) is shadowed.

@@ -64,9 +64,19 @@ def test_rollback_of_the_host_change_refuses_then_runs_the_printed_command():
     assert "pack_engram" not in INCUMBENT.read_text()
 
 
-def test_a_memory_changing_change_is_kept_when_the_ledger_matches():
+def test_a_memory_changing_change_is_kept_when_the_ledger_matches(host):
     # spark3's desktop holds GPU memory on the seed testbed (docs/simulator.md): stop it first (docs/rollouts.md, docs/host-tuning.md).
     ok("ansible-playbook playbooks/site.yml -e headless_stop_display_now=true")
+    # Without the engine restart the running boot predates the freed memory: the rollout refuses before any change,
+    # names what changed and the restart (module_utils/boot_currency.py); before this guard it ran and the ledger
+    # reverted wo_a_w8 (spark3 -328 MiB instead of -688).
+    engine = host("spark3").run("docker inspect -f '{{.State.StartedAt}}' dsv41-worker").stdout
+    run = sh("ansible-playbook playbooks/rollout.yml -e experiment=wo_a_w8 -e window_confirmed=true")
+    text = " ".join(run.stdout.split())
+    assert run.returncode != 0 and "spark3 (rank 2) changed after its engine booted" in text, run.stdout[-3000:]
+    assert "display manager gdm.service stopped at" in text, run.stdout[-3000:]
+    assert "Boot the engine again first: ansible-playbook playbooks/engine.yml -e engine_state=restarted" in text
+    assert host("spark3").run("docker inspect -f '{{.State.StartedAt}}' dsv41-worker").stdout == engine, "nothing changed"
     ok("ansible-playbook playbooks/engine.yml -e engine_state=restarted")
     RUNS["w8"], result = rollout("ansible-playbook playbooks/rollout.yml -e experiment=wo_a_w8 -e window_confirmed=true")
     assert result["outcome"] == "kept", result
@@ -80,6 +90,11 @@ def test_rollback_of_the_env_change():
 
 
 def test_the_stage_d_ladder():
+    # The ladder's only trial is wo_a_w8 (688 MiB per rank): the documented steps before a memory-changing change
+    # (docs/rollouts.md), run again here so that the ladder does not depend on the steps above (both idempotent
+    # when the desktop is already stopped): the display manager stopped, then the engine booted on the freed memory.
+    ok("ansible-playbook playbooks/site.yml -e headless_stop_display_now=true")
+    ok("ansible-playbook playbooks/engine.yml -e engine_state=restarted")
     before = set(runs_dir().glob("*-ladder"))
     out = ok("ansible-playbook playbooks/ladder.yml -e ladder=ladders/stage-d.yml -e window_confirmed=true")
     (folder,) = set(runs_dir().glob("*-ladder")) - before
