@@ -149,13 +149,45 @@ def engine_container_rows(record: dict) -> List[dict]:
     ]
 
 
+def engram_pack_rows(record: dict) -> List[dict]:
+    """The engram role's pack plan (its planner): one row per layer, the shard valid on disk."""
+    res = record.get("result") or {}
+    args = (res.get("invocation") or {}).get("module_args") or {}
+    rank, tp = args.get("rank", "?"), args.get("tp", "?")
+    rows = []
+    for shard in res.get("shards") or []:
+        state, reason = shard.get("state_before", "unknown"), shard.get("reason_before") or ""
+        rows.append({"item": f"engram l{shard.get('layer')} r{rank}of{tp} shard", "desired": "valid",
+                     "actual": _clip(state + (f" ({reason})" if reason else "")), "drifted": state != "valid"})
+    if res.get("failed"):
+        rows.append({"item": "engram shards", "desired": "readable", "actual": _clip(res.get("msg") or "failed"),
+                     "drifted": True})
+    return rows
+
+
+def engram_loaded_rows(record: dict) -> List[dict]:
+    """The engram role's `loaded` check: packed=True in the running engine's last boot, per layer. No rows when
+    no engine log was read (no engine on this rank)."""
+    res = record.get("result") or {}
+    layers = res.get("layers") or []
+    if not any(layer.get("packed") is not None for layer in layers):
+        return []
+    return [{"item": f"engram l{layer.get('layer')} loaded", "desired": "packed=True",
+             "actual": f"packed={layer.get('packed')}", "drifted": layer.get("packed") is not True} for layer in layers]
+
+
 # Modules whose own comparison says more than changed + diff: their results are kept and turned into rows here.
-ROW_BUILDERS: Dict[str, Callable[[dict], List[dict]]] = {"engine_container": engine_container_rows}
+ROW_BUILDERS: Dict[str, Callable[[dict], List[dict]]] = {
+    "engine_container": engine_container_rows,
+    "engram_pack": engram_pack_rows,
+    "engram_status_info": engram_loaded_rows,
+}
 
 
 def rows_for(record: dict) -> List[dict]:
     builder = ROW_BUILDERS.get(short_action(record.get("action", "")))
-    if builder and record.get("status") == "ok" and not record.get("handler"):
+    if builder and record.get("status") == "ok" and not record.get("handler") and not record.get("delegated") \
+            and (record.get("planner") or not manages(record.get("action", ""))):
         return builder(record)
     row = generic_row(record)
     return [row] if row else []

@@ -114,3 +114,18 @@ def test_the_report_has_a_table_per_node_the_unread_nodes_and_the_failure_messag
         report["failure_msg"] and "not read: spark3" in report["failure_msg"]
     clean = build_report({"spark1": [rec()]}, ["spark1"], [], FIXES)
     assert clean["drifted"] == 0 and clean["unread"] == []
+
+
+def test_the_engram_plan_gives_a_row_per_shard_and_the_loaded_check_one_per_layer():
+    plan = {"shards": [{"layer": 1, "state_before": "valid", "reason_before": ""},
+                       {"layer": 2, "state_before": "invalid", "reason_before": "truncated"}],
+            "invocation": {"module_args": {"rank": 1, "tp": 3}}}
+    rows = rows_for(rec(role="engram", action="engram_pack", planner=True, result=plan))
+    assert [(r["item"], r["actual"], r["drifted"]) for r in rows] == [
+        ("engram l1 r1of3 shard", "valid", False), ("engram l2 r1of3 shard", "invalid (truncated)", True)]
+    loaded = {"layers": [{"layer": 1, "packed": True}, {"layer": 2, "packed": False}]}
+    rows = rows_for(rec(role="engram", action="engram_status_info", result=loaded))
+    assert [(r["item"], r["actual"], r["drifted"]) for r in rows] == [
+        ("engram l1 loaded", "packed=True", False), ("engram l2 loaded", "packed=False", True)]
+    assert rows_for(rec(role="engram", action="engram_status_info",
+                        result={"layers": [{"layer": 1, "packed": None}]})) == [], "no engine log: no rows"
