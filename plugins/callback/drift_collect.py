@@ -6,6 +6,12 @@ to the JSON file named by SPARKFLEET_DRIFT_RECORD, which it sets when such a pla
 when SPARKFLEET_RUN_DIR is set, else in a private temporary folder). The drift_report_info module reads the
 file and module_utils/drift.py turns the records into rows. Values under secret-looking keys are masked
 (module_utils/env_text.mask_tree) before they are written; the file is mode 0600.
+
+In such a play ``ansible_check_mode`` is true, as under ``--check``: Ansible sets that variable from the command
+line only, so a play's own ``check_mode: true`` leaves it false and the roles' guards for real runs (``when: not
+ansible_check_mode``: the engine's boot, the Engram pack job, a reboot) would run simulated. The plugin sets the
+option variable for the play and restores it when another play starts (ansible-core 2.19: the option variables
+are one cached dict, utils.vars.load_options_vars, that every variable lookup reads).
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ import sys
 import tempfile
 
 from ansible.plugins.callback import CallbackBase
+from ansible.utils.vars import load_options_vars
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "module_utils"))
 from drift import ROW_BUILDERS, short_action  # noqa: E402
@@ -43,12 +50,28 @@ class CallbackModule(CallbackBase):
         self.active = False
         self.path = None
         self.records: dict = {}
+        self._saved_check_mode = None
+
+    def _check_mode_var(self, on: bool):
+        options = load_options_vars(None)
+        if on:
+            if self._saved_check_mode is None:
+                self._saved_check_mode = (("ansible_check_mode" in options), options.get("ansible_check_mode"))
+            options["ansible_check_mode"] = True
+        elif self._saved_check_mode is not None:
+            present, value = self._saved_check_mode
+            if present:
+                options["ansible_check_mode"] = value
+            else:
+                options.pop("ansible_check_mode", None)
+            self._saved_check_mode = None
 
     def v2_playbook_on_play_start(self, play):
         try:
             self.active = str(play.vars.get("drift_collect", False)).lower() in ("true", "yes", "1")
         except Exception:  # a play without vars
             self.active = False
+        self._check_mode_var(self.active)
         if not self.active:
             return
         if self.path is None:

@@ -23,6 +23,9 @@ def test_a_role_s_check_mode_results_become_the_drift_rows(tmp_path):
             "dest": str(wrong), "content": "A=1\nHF_TOKEN=hf_drift_secret_43\n", "mode": "0644"}},
         {"name": "Write the right file", "ansible.builtin.copy": {"dest": str(right), "content": "B=1\n"}},
         {"name": "Only when needed", "ansible.builtin.copy": {"dest": str(right), "content": "x"}, "when": False},
+        # A role's guard for real runs: in the drift play (check_mode: true, no --check) it must hold as with --check.
+        {"name": "Only for real", "ansible.builtin.copy": {"dest": str(right), "content": "y"},
+         "when": "not ansible_check_mode"},
     ]))
     out_file = tmp_path / "report.json"
     play = tmp_path / "p.yml"
