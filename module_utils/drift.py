@@ -119,7 +119,8 @@ def generic_row(record: dict) -> Optional[dict]:
 
 
 def engine_container_rows(record: dict) -> List[dict]:
-    """The engine_container comparison (its planner, docker inspect the truth): state, image, env and mounts."""
+    """The engine_container comparison (its planner, docker inspect the truth): state, image, env and mounts. The
+    env and mount rows name every key that differs (never cut: the one an operator looks for may be the last)."""
     res = record.get("result") or {}
     args = (res.get("invocation") or {}).get("module_args") or {}
     c = res.get("container") or None
@@ -141,10 +142,10 @@ def engine_container_rows(record: dict) -> List[dict]:
          "actual": _clip(f"{c.get('image')} {str(c.get('image_id') or '')[7:19]}") if c else "absent",
          "drifted": bool(want_running) and (not c or c.get("image_id") != res.get("image_id"))},
         {"item": f"engine {name} env (docker inspect)", "desired": f"{len(args.get('env') or {})} keys as engine_env",
-         "actual": "absent" if not c else ("same" if not env_diff else _clip("differs: " + ", ".join(env_diff))),
+         "actual": "absent" if not c else ("same" if not env_diff else "differs: " + ", ".join(env_diff)),
          "drifted": bool(want_running) and (not c or bool(env_diff))},
         {"item": f"engine {name} mounts", "desired": f"{len(args.get('mounts') or [])} mounts",
-         "actual": "absent" if not c else ("same" if not mount_diff else _clip("differs: " + ", ".join(mount_diff))),
+         "actual": "absent" if not c else ("same" if not mount_diff else "differs: " + ", ".join(mount_diff)),
          "drifted": bool(want_running) and (not c or bool(mount_diff))},
     ]
 

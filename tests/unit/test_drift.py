@@ -88,6 +88,14 @@ def test_the_engine_comparison_gives_state_image_env_and_mount_rows():
                                                   "actual": "same", "drifted": False}
 
 
+def test_every_env_key_that_differs_is_named():
+    many = {**ENGINE, "differences": [{"what": "env", "key": f"KEY_{i:02d}_LONG_NAME", "desired": "1", "actual": None}
+                                      for i in range(30)]}
+    env = next(r for r in rows_for(rec(role="engine", action="engine_container", planner=True, result=many))
+               if r["item"].endswith("env (docker inspect)"))
+    assert "KEY_29_LONG_NAME=(absent)" in env["actual"]
+
+
 def test_a_stopped_engine_is_drift_and_an_absent_one_too():
     stopped = {**ENGINE, "differences": [], "container": {**ENGINE["container"], "status": "exited", "running": False}}
     rows = rows_for(rec(role="engine", action="engine_container", planner=True, result=stopped))
