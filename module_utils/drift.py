@@ -12,7 +12,7 @@ of what it wants: a row is a task that manages something, and it drifted when th
 A record (one task result on one host, what drift_collect writes):
     {role, task, action, status: ok|failed|skipped|unreachable, changed, handler, planner, delegated,
      item, msg, diff, result}
-``planner``: the task sets ``check_mode: true`` itself (a read-only comparison the role makes before it acts;
+``state``: the task's own state option (a read when it is in READ_STATES). ``planner``: the task sets ``check_mode: true`` itself (a read-only comparison the role makes before it acts;
 only a module with a row builder below turns it into rows). ``result``: the module's return, kept only for the
 actions in ROW_BUILDERS.
 """
@@ -27,6 +27,8 @@ READ_ONLY_ACTIONS = frozenset({
     "gather_facts", "uri", "getent", "package_facts", "service_facts", "validate_argument_spec",
     "adapter_bundle", "engram_relocate",
 })
+# A module's state option that only reads (adapter_release state=query).
+READ_STATES = frozenset({"query"})
 # Actions that run a command: a row only when the task says it would change something.
 COMMAND_ACTIONS = frozenset({"command", "shell", "raw", "script"})
 MAX_LINES = 2          # lines of a text diff shown per side
@@ -107,7 +109,7 @@ def generic_row(record: dict) -> Optional[dict]:
         msg = (str(record.get("msg") or "failed").strip().splitlines() or ["failed"])[0]
         return {"item": _item(record), "desired": "the task succeeds", "actual": _clip("failed: " + msg),
                 "drifted": True}
-    if record.get("planner") or not manages(record.get("action", "")):
+    if record.get("planner") or not manages(record.get("action", "")) or record.get("state") in READ_STATES:
         return None
     changed = bool(record.get("changed"))
     if short_action(record.get("action", "")) in COMMAND_ACTIONS and not changed:

@@ -110,6 +110,7 @@ class CallbackModule(CallbackBase):
             "handler": type(task).__name__ == "Handler",
             "planner": str(ds.get("check_mode", "")).lower() in ("true", "yes"),
             "delegated": bool(task.delegate_to),
+            "state": str((task.args or {}).get("state", "")),
             "item": res.get("_ansible_item_label", res.get("item")) if item else None,
             "msg": res.get("msg", ""),
             "diff": res.get("diff"),

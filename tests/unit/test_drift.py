@@ -37,6 +37,7 @@ def test_reads_skips_handlers_planners_and_controller_tasks_are_no_rows():
     assert generic_row(rec(handler=True, changed=True)) is None
     assert generic_row(rec(planner=True, action="quiesce_workloads", changed=True)) is None
     assert generic_row(rec(delegated=True, changed=True)) is None
+    assert generic_row(rec(action="adapter_release", state="query")) is None
     assert manages("ansible.builtin.template") and not manages("ansible.builtin.assert")
 
 
