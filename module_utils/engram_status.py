@@ -7,6 +7,7 @@ import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.module_alias import warn_if_deprecated
 from ansible.module_utils.engram_format import (
     EngramFormatError, STATE_VALID, check_rank, inspect_shard, last_boot_packed)
 from ansible.module_utils.engram_packer import PackError, load_sources
@@ -44,7 +45,6 @@ def status(dest, rank, tp, layers, checkpoint=None, log_text=None):
             "log_given": log_text is not None, "log_boots": boots}
 
 
-DEPRECATED_ALIASES = {"engram_status": ("engram_status_info", "2.0.0")}
 
 
 def run_module(name: str) -> None:
@@ -62,10 +62,7 @@ def run_module(name: str) -> None:
         mutually_exclusive=[("log_path", "log_content")],
         supports_check_mode=True,
     )
-    if name in DEPRECATED_ALIASES:
-        new, version = DEPRECATED_ALIASES[name]
-        module.deprecate(f"{name} is now called {new} (a read-only module returns no ansible_facts); "
-                         f"replace the module name, the options and results are the same.", version=version)
+    warn_if_deprecated(module, name)
     p = module.params
     host = socket.gethostname()
     if not os.path.isdir(p["dest"]):

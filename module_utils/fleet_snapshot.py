@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.module_alias import warn_if_deprecated
 from ansible.module_utils.env_text import mask_tree, secret_values
+from ansible.module_utils.node_preflight_parsers import parse_clock_query
 
 Runner = Callable[[list], tuple]
 
@@ -164,32 +166,6 @@ def parse_query_gpu(text: str) -> list:
         gpus.append({"index": _int_or_none(cells[0]), "name": cells[1], "driver": cells[2],
                      "sm_mhz": _int_or_none(cells[3]), "max_sm_mhz": _int_or_none(cells[4])})
     return gpus
-
-
-def parse_clock_query(text: str) -> dict:
-    """`nvidia-smi -q -d CLOCK`: the driver and, per GPU (in order), its Locked Clocks Min/Max."""
-    driver, gpus, current, section = None, [], None, None
-    for raw in text.splitlines():
-        if not raw.strip():
-            continue
-        indent = len(raw) - len(raw.lstrip())
-        key, _, value = raw.strip().partition(":")
-        key, value = key.strip(), value.strip()
-        if indent == 0 and key == "Driver Version":
-            driver = value
-        elif indent == 0 and raw.startswith("GPU "):
-            current = {"bus_id": raw[4:].strip(), "locked_min": None, "locked_max": None, "locked_seen": False}
-            gpus.append(current)
-            section = None
-        elif current is not None and indent == 4 and not value:
-            section = key
-        elif current is not None and section == "Locked Clocks" and indent >= 8:
-            current["locked_seen"] = True
-            if key == "Min":
-                current["locked_min"] = _int_or_none(value)
-            elif key == "Max":
-                current["locked_max"] = _int_or_none(value)
-    return {"driver": driver, "gpus": gpus}
 
 
 def gpu(run: Runner) -> dict:
@@ -451,7 +427,6 @@ def sections_from(gather: Iterable) -> tuple:
     return tuple(s for s in SECTIONS if s in gather)
 
 
-DEPRECATED_ALIASES = {"fleet_snapshot": ("fleet_snapshot_info", "2.0.0")}
 
 
 def run_module(name: str) -> None:
@@ -470,10 +445,7 @@ def run_module(name: str) -> None:
         ),
         supports_check_mode=True,
     )
-    if name in DEPRECATED_ALIASES:
-        new, version = DEPRECATED_ALIASES[name]
-        module.deprecate(f"{name} is now called {new} (a read-only module returns no ansible_facts); "
-                         f"replace the module name, the options and results are the same.", version=version)
+    warn_if_deprecated(module, name)
     p = module.params
     bad = [name for name, path in p["volumes"].items() if not isinstance(path, str) or not path.startswith("/")]
     if bad:

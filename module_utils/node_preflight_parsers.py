@@ -92,9 +92,16 @@ def parse_nvidia_version(text: str) -> dict:
     return {"version": m.group(1), "flavour": flavour, "line": first.strip()}
 
 
-def parse_clock_lock(text: str) -> dict:
-    """`nvidia-smi -q -d CLOCK`: driver and the first GPU's Locked Clocks range (None when not locked)."""
-    driver, locked_min, locked_max, gpu_seen, section = None, None, None, False, None
+def _mhz(text: str) -> Optional[int]:
+    """The leading number of a clock value (`1000 MHz` -> 1000; `N/A` -> None)."""
+    number = re.match(r"\s*(\d+)", text or "")
+    return int(number.group(1)) if number else None
+
+
+def parse_clock_query(text: str) -> dict:
+    """`nvidia-smi -q -d CLOCK`: the driver and, per GPU (in order), its Locked Clocks Min/Max. The one parser of
+    this output (fleet_snapshot's gpu section and the preflight's clock check both use it)."""
+    driver, gpus, current, section = None, [], None, None
     for raw in text.splitlines():
         if not raw.strip():
             continue
@@ -104,19 +111,27 @@ def parse_clock_lock(text: str) -> dict:
         if indent == 0 and key == "Driver Version":
             driver = value
         elif indent == 0 and raw.startswith("GPU "):
-            if gpu_seen:
-                break
-            gpu_seen = True
-        elif gpu_seen and indent == 4 and not value:
+            current = {"bus_id": raw[4:].strip(), "locked_min": None, "locked_max": None, "locked_seen": False}
+            gpus.append(current)
+            section = None
+        elif current is not None and indent == 4 and not value:
             section = key
-        elif gpu_seen and section == "Locked Clocks" and indent >= 8:
-            number = re.match(r"(\d+)", value)
+        elif current is not None and section == "Locked Clocks" and indent >= 8:
+            current["locked_seen"] = True
             if key == "Min":
-                locked_min = int(number.group(1)) if number else None
+                current["locked_min"] = _mhz(value)
             elif key == "Max":
-                locked_max = int(number.group(1)) if number else None
-    locked = [locked_min, locked_max] if locked_min is not None and locked_max is not None else None
-    return {"driver": driver, "gpu_seen": gpu_seen, "locked": locked}
+                current["locked_max"] = _mhz(value)
+    return {"driver": driver, "gpus": gpus}
+
+
+def parse_clock_lock(text: str) -> dict:
+    """`nvidia-smi -q -d CLOCK`: driver and the first GPU's Locked Clocks range (None when not locked)."""
+    parsed = parse_clock_query(text)
+    first = parsed["gpus"][0] if parsed["gpus"] else {}
+    lo, hi = first.get("locked_min"), first.get("locked_max")
+    return {"driver": parsed["driver"], "gpu_seen": bool(parsed["gpus"]),
+            "locked": [lo, hi] if lo is not None and hi is not None else None}
 
 
 def scan_kernel_log(text: str, wedge_xids: tuple) -> list:

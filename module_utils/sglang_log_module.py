@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.module_alias import warn_if_deprecated
 from ansible.module_utils.sglang_log import LogNotText, parse_bytes, parse_file
 
-DEPRECATED_ALIASES = {"boot_log_facts": ("boot_log_info", "2.0.0")}
 
 
 def run_module(name: str) -> None:
@@ -22,10 +22,7 @@ def run_module(name: str) -> None:
         supports_check_mode=True,
     )
     params = module.params
-    if name in DEPRECATED_ALIASES:
-        new, version = DEPRECATED_ALIASES[name]
-        module.deprecate(f"{name} is now called {new} (a read-only module returns no ansible_facts); "
-                         f"replace the module name, the options and results are the same.", version=version)
+    warn_if_deprecated(module, name)
     markers = params["markers"] or []
     if params["max_errors"] < 0:
         module.fail_json(msg=f"max_errors must be 0 or more, got {params['max_errors']}.")

@@ -130,7 +130,7 @@ def test_fix_hints_name_the_playbook_that_fixes():
     fixes = {w: c for w, c in printed_fix_commands() if w.startswith("drift.yml")}
     baseline = [c for w, c in printed_fix_commands() if w.startswith("baseline")]
     assert "playbooks/adapters.yml" in fixes["drift.yml drift_fixes[adapters]"]
-    assert "headless_stop_display_now=true" in fixes["drift.yml drift_fixes[headless display manager]"]
+    assert "headless_stop_display_now=true" in fixes["drift.yml drift_fixes[headless Stop the display manager now]"]
     assert any("headless_stop_display_now=true" in c for c in baseline)
     drift = yaml.safe_load((ROOT / "playbooks" / "drift.yml").read_text())
     roles = next(p["vars"]["drift_roles"] for p in drift if "drift_roles" in (p.get("vars") or {}))
