@@ -83,6 +83,8 @@ def main() -> None:
         del tools["/usr/bin/docker"]
         link("/usr/bin/docker", "/usr/local/bin/docker")
         link(f"{standins}/nvidia_container_runtime_hook.py", "/usr/local/bin/nvidia-container-runtime-hook")
+        # runc by name on dockerd's PATH: lowers a resource limit this machine's root may not raise (memlock).
+        link(f"{standins}/runc.py", "/usr/local/sbin/runc")
         private_dev()
         cgroups()
     for path, target in tools.items():
