@@ -273,16 +273,39 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def remove_cgroups(hosts: list[str]) -> None:
-    """The --cgroup-parent folders the daemons made in every cgroup hierarchy (deepest first)."""
-    roots = ["/sys/fs/cgroup"] + [str(p) for p in Path("/sys/fs/cgroup").iterdir() if p.is_dir()]
-    for root in roots:
-        for host in hosts:
-            top = Path(root) / cgroup_parent(host)
-            if not top.is_dir():
-                continue
-            for dirpath, _, _ in sorted(os.walk(top), key=lambda item: -item[0].count("/")):
+def _cgroup_tops() -> list[Path]:
+    """This testbed's --cgroup-parent folders in every cgroup hierarchy (found by name: also after a crashed up)."""
+    base = Path("/sys/fs/cgroup")
+    tops = list(base.glob(f"sparkfleet-tb{TESTBED_ID}-spark*")) + list(base.glob(f"*/sparkfleet-tb{TESTBED_ID}-spark*"))
+    return [top for top in tops if top.is_dir()]
+
+
+def cgroup_pids() -> set[int]:
+    """Every process in this testbed's container cgroups. A container with its own network namespace
+    (`--network none`) shares no namespace with its host, and outlives its shim: only its cgroup finds it.
+    Frozen (paused) containers are thawed first, or a signal would wait for their unpause."""
+    pids: set[int] = set()
+    for top in _cgroup_tops():
+        for dirpath, _, filenames in os.walk(top):
+            if "freezer.state" in filenames:
                 try:
-                    os.rmdir(dirpath)
+                    Path(dirpath, "freezer.state").write_text("THAWED")
                 except OSError:
                     pass
+            for name in ("cgroup.procs", "tasks"):
+                if name in filenames:
+                    try:
+                        pids.update(int(p) for p in Path(dirpath, name).read_text().split())
+                    except OSError:
+                        pass
+    return pids
+
+
+def remove_cgroups() -> None:
+    """The --cgroup-parent folders the daemons made in every cgroup hierarchy (deepest first)."""
+    for top in _cgroup_tops():
+        for dirpath, _, _ in sorted(os.walk(top), key=lambda item: -item[0].count("/")):
+            try:
+                os.rmdir(dirpath)
+            except OSError:
+                pass

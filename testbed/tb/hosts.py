@@ -256,7 +256,7 @@ def down(layout: Layout) -> bool:
     if state and state.get("dockerd"):
         # Each host's dockerd first, by its pid: it stops its containers and its containerd.
         tbengine.stop_daemons(state["dockerd"])
-    pids = _namespace_pids(layout, state)
+    pids = _namespace_pids(layout, state) | tbengine.cgroup_pids()
     for sig in (signal.SIGCONT, signal.SIGTERM):
         for pid in pids:
             try:
@@ -282,8 +282,11 @@ def down(layout: Layout) -> bool:
     except ChildProcessError:
         pass
     removed = bool(namespaces or pids or state)
-    if state and state.get("engine") == "docker":
-        tbengine.remove_cgroups([spec["name"] for spec in state.get("specs", [])])
+    # Container processes are reaped by the kernel a little after SIGKILL: a cgroup folder goes once empty.
+    deadline = time.monotonic() + 15
+    while tbengine.cgroup_pids() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    tbengine.remove_cgroups()
     # Everything the testbed made lives in its state folder (overlay uppers, keys, the checkpoint).
     if layout.state_dir.exists():
         shutil.rmtree(layout.state_dir)
