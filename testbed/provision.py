@@ -155,21 +155,16 @@ IMAGES = "/usr/lib/sparkfleet-testbed-state/images"
 
 
 def real_images(spec: dict, checkout: str) -> None:
-    """The engine's base image built with `docker build` from a local root filesystem, then the recipe's
-    image from the operator's checkout exactly as the recipe builds it; a tiny image for sleepers."""
-    sh("docker", "import", "--change", 'CMD ["python3"]', f"{IMAGES}/rootfs-base.tar", "sparkfleet/base:local")
+    """The engine's base image imported from a local root filesystem (the rank simulator inside, one layer: vfs
+    copies every layer of every build step), then the recipe's image built from the operator's checkout with
+    `docker build` exactly as the recipe builds it; a tiny image for the sleepers."""
+    changes = [f"ENV {item}" for item in ENGINE_ENV]
+    changes += ["LABEL " + " ".join(f"{k}={json.dumps(v)}" for k, v in ENGINE_LABELS.items()),
+                "WORKDIR /sgl-workspace", 'CMD ["python3", "-m", "engine.sim", "--help"]']
+    sh("docker", "import", *[arg for change in changes for arg in ("--change", change)],
+       f"{IMAGES}/rootfs-engine.tar", "lmsysorg/sglang:dev-dsv41")
     sh("docker", "import", "--change", 'CMD ["sleep", "infinity"]', f"{IMAGES}/rootfs-tiny.tar",
        "sparkfleet/sleeper:latest")
-    staging = "/tmp/engine-image"
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(f"{TESTBED}/engine", f"{staging}/engine", ignore=shutil.ignore_patterns("__pycache__"))
-    lines = ["FROM sparkfleet/base:local", "COPY engine/ /opt/sglang-sim/engine/", "WORKDIR /sgl-workspace"]
-    lines += [f"ENV {item.split('=', 1)[0]}={json.dumps(item.split('=', 1)[1])}" for item in ENGINE_ENV]
-    lines += ["LABEL " + " ".join(f"{k}={json.dumps(v)}" for k, v in ENGINE_LABELS.items()),
-              'CMD ["python3", "-m", "engine.sim", "--help"]']
-    write(f"{staging}/Dockerfile", "\n".join(lines) + "\n")
-    sh("docker", "build", "-q", "-t", "lmsysorg/sglang:dev-dsv41", staging)
-    shutil.rmtree(staging, ignore_errors=True)
     sh("docker", "build", "-q", "-t", "dsv41-3x-spark:local", checkout)
 
 

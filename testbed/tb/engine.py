@@ -179,11 +179,40 @@ def rootfs_tarballs() -> dict[str, Path]:
     return out
 
 
+def engine_tarball(base: Path) -> Path:
+    """The base root filesystem plus the rank simulator at /opt/sglang-sim/engine (and /sgl-workspace): the
+    root of the engine's base image, cached by the simulator's content (one import per host, one layer)."""
+    source = REPO / "testbed" / "engine"
+    files = sorted(p for p in source.rglob("*.py") if "__pycache__" not in p.parts)
+    digest = hashlib.sha256(base.name.encode())
+    for path in files:
+        digest.update(str(path.relative_to(source)).encode() + b"\0" + path.read_bytes())
+    out = base.with_name(f"rootfs-engine-{digest.hexdigest()[:12]}.tar")
+    if out.exists():
+        return out
+    for old in base.parent.glob("rootfs-engine-*.tar"):
+        old.unlink()
+    tmp = out.with_suffix(".partial")
+    shutil.copy(base, tmp)
+    with tarfile.open(tmp, "a") as tar:
+        for top in ("opt", "opt/sglang-sim", "opt/sglang-sim/engine", "sgl-workspace"):
+            _add_dir(tar, top)
+        for path in files:
+            info = tar.gettarinfo(str(path), arcname=f"opt/sglang-sim/engine/{path.relative_to(source)}")
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "root", "root"
+            with open(path, "rb") as fh:
+                tar.addfile(info, fh)
+    os.replace(tmp, out)
+    return out
+
+
 def stage_tarballs(state_dir: Path) -> None:
     """Hard links to the cached tarballs in the state folder, which every host sees (hostinit binds it)."""
     images = state_dir / "images"
     images.mkdir(parents=True, exist_ok=True)
-    for kind, path in rootfs_tarballs().items():
+    tarballs = rootfs_tarballs()
+    tarballs["engine"] = engine_tarball(tarballs["base"])
+    for kind, path in tarballs.items():
         target = images / f"rootfs-{kind}.tar"
         if target.exists():
             target.unlink()
