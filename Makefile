@@ -9,7 +9,7 @@ export ANSIBLE_HOME ?= $(CURDIR)/.ansible
 export XDG_CACHE_HOME ?= $(CURDIR)/.cache
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
-APT_PACKAGES := openssh-server openssh-client netcat-openbsd iproute2 util-linux
+APT_PACKAGES := openssh-server openssh-client netcat-openbsd iproute2 util-linux docker.io
 PYTEST := $(BIN)/python -m pytest
 
 .PHONY: help deps venv venv-kernels lint unit unit-slow kernels integration integration-slow journeys molecule test test-all demo up down status clean
@@ -20,11 +20,16 @@ help:
 	@echo "make up | down | status    the testbed; make lint | unit | kernels | integration | molecule"
 
 deps:
-	@missing=""; for tool in /usr/sbin/sshd /usr/bin/ssh /usr/bin/nc /usr/sbin/ip /usr/bin/unshare /usr/bin/nsenter; do \
+	@missing=""; for tool in /usr/sbin/sshd /usr/bin/ssh /usr/bin/nc /usr/sbin/ip /usr/bin/unshare /usr/bin/nsenter \
+	  /usr/sbin/dockerd /usr/bin/containerd /usr/sbin/runc; do \
 	  [ -x $$tool ] || missing=1; done; \
 	if [ -n "$$missing" ]; then \
 	  [ "$$(id -u)" = 0 ] || { echo "make deps: apt packages missing ($(APT_PACKAGES)) and not root"; exit 1; }; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	  made=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
+	    printf '#!/bin/sh\n# make deps: docker.io must not start a daemon outside the testbed\nexit 101\n' > /usr/sbin/policy-rc.d; \
+	    chmod 755 /usr/sbin/policy-rc.d; made=1; fi; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; rc=$$?; \
+	  [ -z "$$made" ] || rm -f /usr/sbin/policy-rc.d; [ $$rc = 0 ] || exit $$rc; \
 	fi
 
 $(VENV)/.stamp: requirements.txt

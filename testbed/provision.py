@@ -37,7 +37,10 @@ from engine import autotune as sim_autotune  # noqa: E402
 
 
 def sh(*argv: str) -> str:
-    return subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"`{' '.join(argv)}` failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()[-600:]}")
+    return proc.stdout
 
 
 def write(path: str, text: str, mode: int = 0o644, owner: str | None = None) -> None:
@@ -142,6 +145,60 @@ def weights_volume(spec: dict) -> None:
         "device": ":/srv/models/DeepSeek-V4.1-Flash"})
 
 
+# ---------------------------------------------------------------- a real dockerd (engine `docker`)
+
+ENGINE_ENV = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH=/opt/sglang-sim",
+              "SGLANG_VERSION=0.5.4.post2+dsv41", "NCCL_VERSION=2.27.7-1"]
+ENGINE_LABELS = {"org.opencontainers.image.title": "sglang", "engine.version": "0.5.4.post2+dsv41",
+                 "flashinfer.version": "0.5.2"}
+IMAGES = "/usr/lib/sparkfleet-testbed-state/images"
+
+
+def real_images(spec: dict, checkout: str) -> None:
+    """The engine's base image imported from a local root filesystem (the rank simulator inside, one layer: vfs
+    copies every layer of every build step), then the recipe's image built from the operator's checkout with
+    `docker build` exactly as the recipe builds it; a tiny image for the sleepers."""
+    changes = [f"ENV {item}" for item in ENGINE_ENV]
+    changes += ["LABEL " + " ".join(f"{k}={json.dumps(v)}" for k, v in ENGINE_LABELS.items()),
+                "WORKDIR /sgl-workspace", 'CMD ["python3", "-m", "engine.sim", "--help"]']
+    sh("docker", "import", *[arg for change in changes for arg in ("--change", change)],
+       f"{IMAGES}/rootfs-engine.tar", "lmsysorg/sglang:dev-dsv41")
+    sh("docker", "import", "--change", 'CMD ["sleep", "infinity"]', f"{IMAGES}/rootfs-tiny.tar",
+       "sparkfleet/sleeper:latest")
+    sh("docker", "build", "-q", "-t", "dsv41-3x-spark:local", checkout)
+
+
+def real_weights_volume(spec: dict) -> None:
+    """The workers' dsv41-weights: an NFS volume on the fleet; here a bind-backed local volume of the same
+    name onto the head's export as this host sees it (hostinit binds it)."""
+    if spec["rank"] == 0:
+        return
+    options = spec.get("weights_volume_options") or {
+        "type": "none", "o": "bind", "device": f"/run/testbed/nfs/{spec['head_address']}/srv/models/DeepSeek-V4.1-Flash"}
+    argv = ["docker", "volume", "create", "--driver", "local"]
+    for key, value in options.items():
+        argv += ["--opt", f"{key}={value}"]
+    sh(*argv, "dsv41-weights")
+
+
+def real_background_containers(spec: dict) -> None:
+    """spark3's non-serving containers, started in parallel (19 serial `docker run`s take long)."""
+    procs = []
+    for name, image_ref in spec["background_containers"]:
+        sh("docker", "tag", "sparkfleet/sleeper:latest", image_ref)
+        procs.append((name, subprocess.Popen(
+            ["docker", "run", "-d", "--name", name, "--restart", "unless-stopped", "--network", "none",
+             "--label", f"owner={spec['user']}", "--label", "com.docker.compose.project=homelab", image_ref],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+    failed = []
+    for name, proc in procs:
+        out, err = proc.communicate()
+        if proc.returncode != 0:
+            failed.append(f"{name}: {err.strip()}")
+    if failed:
+        raise SystemExit("docker run failed: " + "; ".join(failed))
+
+
 def units(spec: dict) -> None:
     wants = f"{UNIT_DIR}/multi-user.target.wants"
     os.makedirs(wants, exist_ok=True)
@@ -230,9 +287,14 @@ def main() -> None:
     checkout = recipe_checkout(spec)
     stale_shards(spec)
     units(spec)
-    images(spec, checkout)
-    weights_volume(spec)
-    background_containers(spec)
+    if spec.get("engine") == "docker":
+        real_images(spec, checkout)
+        real_weights_volume(spec)
+        real_background_containers(spec)
+    else:
+        images(spec, checkout)
+        weights_volume(spec)
+        background_containers(spec)
     autotune_caches(spec)
     node_packages(spec)
     print(f"{spec['name']}: provisioned")

@@ -72,10 +72,21 @@ def main() -> None:
     mount("tmpfs", "tmpfs", "/srv/archive", f"mode=755,size={spec['archive_size']}")
 
     standins = f"{HOST_TESTBED}/standins"
+    real_engine = spec.get("engine") == "docker"
     tools = {"/usr/bin/nvidia-smi": f"{standins}/nvidia_smi.py", "/usr/bin/docker": f"{standins}/docker.py",
              "/usr/sbin/update-initramfs": f"{standins}/update_initramfs.sh",
              "/usr/bin/journalctl": f"{standins}/journalctl.py",
              "/usr/bin/systemctl": f"{standins}/systemctl.py"}   # in front of state_dir/systemctl3.py
+    if real_engine:
+        # A real dockerd per host (testbed/tb/engine.py): Debian's docker client, and the GPU hook dockerd looks
+        # for on its PATH to register `--gpus`.
+        del tools["/usr/bin/docker"]
+        link("/usr/bin/docker", "/usr/local/bin/docker")
+        link(f"{standins}/nvidia_container_runtime_hook.py", "/usr/local/bin/nvidia-container-runtime-hook")
+        # runc by name on dockerd's PATH: lowers a resource limit this machine's root may not raise (memlock).
+        link(f"{standins}/runc.py", "/usr/local/sbin/runc")
+        private_dev()
+        cgroups()
     for path, target in tools.items():
         link(target, path)
         # A same-named tool earlier on PATH (the machine's own docker client in /usr/local/bin) is shadowed.
@@ -113,6 +124,48 @@ def main() -> None:
     config = os.path.join(host_dir, "sshd_config")
     os.execv("/usr/sbin/sshd", ["/usr/sbin/sshd", "-D", "-e", "-f", config,
                                 "-E", os.path.join(host_dir, "sshd.log")])
+
+
+def private_dev() -> None:
+    """/dev as a tmpfs that re-binds every entry of the machine's /dev, plus stand-in RDMA device nodes in
+    /dev/infiniband (a ConnectX-7's uverbs and rdma_cm) for the recipe's `--device /dev/infiniband`."""
+    real = "/run/testbed/.dev"
+    os.makedirs(real, exist_ok=True)
+    bind("/dev", real)
+    mount("tmpfs", "tmpfs", "/dev", "mode=755,size=1m")
+    for name in sorted(os.listdir(real)):
+        source, target = os.path.join(real, name), os.path.join("/dev", name)
+        if os.path.islink(source):
+            os.symlink(os.readlink(source), target)
+        elif os.path.isdir(source):
+            os.makedirs(target, exist_ok=True)
+            sh("mount", "--rbind", source, target)
+        else:
+            open(target, "w").close()
+            sh("mount", "--bind", source, target)
+    sh("umount", "-l", real)
+    os.rmdir(real)
+    os.makedirs("/dev/infiniband", exist_ok=True)
+    for name, major, minor in (("uverbs0", 231, 192), ("uverbs1", 231, 193), ("rdma_cm", 10, 58)):
+        os.mknod(f"/dev/infiniband/{name}", 0o20666, os.makedev(major, minor))
+
+
+def cgroups() -> None:
+    """The machine's cgroup hierarchies at /sys/fs/cgroup, as dockerd needs them: `ip netns exec` mounted a
+    fresh sysfs for the host, without them. The same hierarchies as the machine's (mounted from /proc/1/mounts'
+    entries, so a container's cgroup is the same one the machine sees); dockerd's --cgroup-parent keeps each
+    host's containers in their own folder."""
+    with open("/proc/1/mounts") as fh:
+        entries = [line.split() for line in fh]
+    top = [e for e in entries if e[1] == "/sys/fs/cgroup"]
+    if top and top[0][2] == "cgroup2":
+        mount("cgroup2", "cgroup2", "/sys/fs/cgroup")
+        return
+    mount("tmpfs", "tmpfs", "/sys/fs/cgroup", "mode=755,size=1m")
+    for source, target, fstype, options, *_ in entries:
+        if fstype == "cgroup" and target.startswith("/sys/fs/cgroup/"):
+            wanted = ",".join(o for o in options.split(",") if o not in ("rw", "relatime"))
+            mount("cgroup", source, target, wanted)
 
 
 def corrupted_copy(checkpoint: str, private: str, corrupt: dict) -> str:

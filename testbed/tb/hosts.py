@@ -13,6 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from . import engine as tbengine
 from . import scenarios
 from .hostinit import HOST_STATE  # noqa: E402
 from .common import (CONTROL_NS, CONTROL_PATH_DIR, CONTROLLER_ADDR, HOST_TESTBED, NS_PREFIX, REPO, SUBNET,
@@ -155,7 +156,7 @@ def _make_writable(path: Path) -> None:
         os.chmod(child, 0o644 if child.is_file() else 0o755)
 
 
-def up(layout: Layout, count: int, scenario: str, knobs: list | None = None) -> None:
+def up(layout: Layout, count: int, scenario: str, knobs: list | None = None, engine: str = "standin") -> None:
     layout.state_dir.mkdir(parents=True, exist_ok=True)
     if (layout.state_dir / "hosts").exists():
         shutil.rmtree(layout.state_dir / "hosts")
@@ -166,8 +167,12 @@ def up(layout: Layout, count: int, scenario: str, knobs: list | None = None) -> 
     os.chmod(layout.state_dir / "systemctl3.py", 0o755)
     _checkpoint(layout)
     specs = scenarios.host_specs(count, scenario, knobs or [])
+    for spec in specs:
+        spec["engine"] = engine
+    if engine == "docker":
+        tbengine.stage_tarballs(layout.state_dir)
     state = {"hosts": count, "scenario": scenario, "knobs": knobs or [], "pids": {}, "specs": specs,
-             "started": time.time()}
+             "started": time.time(), "engine": engine, "dockerd": {}}
     layout.write_state(state)
     _network(count)
     for spec in specs:
@@ -190,6 +195,13 @@ def up(layout: Layout, count: int, scenario: str, knobs: list | None = None) -> 
                 raise TestbedError(f"host {spec['name']} did not start its sshd: {tail.strip()}")
             time.sleep(0.02)
     _client_config(layout, specs)
+    if engine == "docker":
+        enter = {spec["name"]: nsenter(state["pids"][spec["name"]]) for spec in specs}
+        logs = {spec["name"]: layout.host_dir(spec["name"]) / "dockerd.log" for spec in specs}
+        # Recorded before the wait: a daemon that never answers is still stopped by `down`.
+        state["dockerd"] = tbengine.start_daemons(enter, logs, on_start=lambda pids: (
+            state.__setitem__("dockerd", dict(pids)), layout.write_state(state)))
+        layout.write_state(state)
     provision(layout, state)
     state["up"] = True
     layout.write_state(state)
@@ -205,7 +217,7 @@ def provision(layout: Layout, state: dict) -> None:
                                                stderr=subprocess.STDOUT, text=True)
     failed = []
     for name, proc in procs.items():
-        out, _ = proc.communicate(timeout=120)
+        out, _ = proc.communicate(timeout=120 if state.get("engine", "standin") == "standin" else 600)
         (layout.host_dir(name) / "provision.log").write_text(out)
         if proc.returncode != 0:
             failed.append(f"{name}: {out.strip().splitlines()[-1] if out.strip() else proc.returncode}")
@@ -241,7 +253,10 @@ def _namespace_pids(layout: Layout, state: dict | None) -> set[int]:
 
 def down(layout: Layout) -> bool:
     state = layout.read_state()
-    pids = _namespace_pids(layout, state)
+    if state and state.get("dockerd"):
+        # Each host's dockerd first, by its pid: it stops its containers and its containerd.
+        tbengine.stop_daemons(state["dockerd"])
+    pids = _namespace_pids(layout, state) | tbengine.cgroup_pids()
     for sig in (signal.SIGCONT, signal.SIGTERM):
         for pid in pids:
             try:
@@ -267,6 +282,11 @@ def down(layout: Layout) -> bool:
     except ChildProcessError:
         pass
     removed = bool(namespaces or pids or state)
+    # Container processes are reaped by the kernel a little after SIGKILL: a cgroup folder goes once empty.
+    deadline = time.monotonic() + 15
+    while tbengine.cgroup_pids() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    tbengine.remove_cgroups()
     # Everything the testbed made lives in its state folder (overlay uppers, keys, the checkpoint).
     if layout.state_dir.exists():
         shutil.rmtree(layout.state_dir)

@@ -52,12 +52,19 @@ def _status() -> dict:
         return {}
 
 
-def ensure_testbed(scenario: str = "seed", hosts: int = 3, fresh: bool = False) -> None:
+def default_engine() -> str:
+    """The container engine of the testbed the tests use: SPARKFLEET_TESTBED_ENGINE (standin or docker)."""
+    return os.environ.get("SPARKFLEET_TESTBED_ENGINE") or "standin"
+
+
+def ensure_testbed(scenario: str = "seed", hosts: int = 3, fresh: bool = False, engine: str | None = None) -> None:
+    engine = engine or default_engine()
     state = _status()
     up = fleet("status", check=False).returncode == 0
-    if fresh or not up or state.get("scenario") != scenario or state.get("hosts") != hosts:
+    if fresh or not up or state.get("scenario") != scenario or state.get("hosts") != hosts \
+            or state.get("engine", "standin") != engine:
         fleet("down")
-        fleet("up", "--hosts", str(hosts), "--scenario", scenario)
+        fleet("up", "--hosts", str(hosts), "--scenario", scenario, "--engine", engine)
 
 
 @dataclass
