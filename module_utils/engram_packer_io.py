@@ -8,14 +8,13 @@ Where the packer's time goes, and why it is done this way (docs/packing.md, "Spe
   never occupies the page cache (on GB10 page cache is GPU memory). Where ``O_DIRECT`` is refused (some
   FUSE or old tmpfs mounts) the same reads go through the page cache, advised ``RANDOM`` with a half-chunk
   ``WILLNEED`` window and dropped behind.
-- Rows are interleaved by the kernel, not by Python: ``pwritev`` gathers each packed row from its 256
-  weight bytes and 8 scale bytes (512 rows, 1024 iovecs, per call), and ``preadv`` scatters packed rows
-  back into weights and scales when a shard is compared with its source. The iovec arrays are built once
-  per buffer and passed to libc through ctypes (``os.pwritev`` would rebuild 1024 buffer views per call).
-- Comparisons use ``memcmp`` on the buffers (no copies).
+- Rows are packed in memory (``RowBuffer.stage``) by numpy where importable, else by the kernel
+  (engram_packer_interleave says how and why), and ``preadv`` scatters packed rows back into weights and
+  scales when a shard is compared with its source; iovec arrays are built once per buffer and passed to
+  libc through ctypes (``os.preadv`` would rebuild 1024 buffer views per call). Comparisons: ``memcmp``.
 Without ctypes or on a 32-bit Python the same calls go through ``os.pwritev``/``os.preadv`` with views.
 
-Standard library only.
+Standard library only, but for the optional numpy interleave.
 """
 from __future__ import annotations
 
@@ -24,14 +23,15 @@ import errno
 import json
 import mmap
 import os
-import platform
 from array import array
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 try:
     from ansible.module_utils.engram_format import ROW_BYTES, SCALE_BYTES, WEIGHT_BYTES
+    from ansible.module_utils.engram_packer_interleave import interleave_method, numpy_stage
 except ImportError:  # stand-alone: the packer's files side by side
     from engram_format import ROW_BYTES, SCALE_BYTES, WEIGHT_BYTES  # type: ignore
+    from engram_packer_interleave import interleave_method, numpy_stage  # type: ignore
 
 GIB = 1 << 30
 PAGE = mmap.PAGESIZE
@@ -47,10 +47,6 @@ FADV_DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", 4)
 FADV_WILLNEED = getattr(os, "POSIX_FADV_WILLNEED", 3)
 FADV_RANDOM = getattr(os, "POSIX_FADV_RANDOM", 1)
 SFR_WAIT_BEFORE, SFR_WRITE, SFR_WAIT_AFTER = 1, 2, 4
-# ioprio_set(2) syscall numbers; aarch64 is what a DGX Spark runs.
-_IOPRIO_SET_NR = {"x86_64": 251, "amd64": 251, "aarch64": 30, "arm64": 30, "riscv64": 30, "i386": 289,
-                  "i686": 289, "armv7l": 314, "ppc64le": 273, "ppc64": 273, "s390x": 282}
-_IOPRIO_CLASS_SHIFT, _IOPRIO_CLASS_BE, _IOPRIO_WHO_PROCESS = 13, 2, 1
 
 
 class PackError(Exception):
@@ -179,37 +175,6 @@ def write_json_exclusive(path: str, doc: dict) -> None:
         raise
 
 
-def lower_priority() -> Dict[str, str]:
-    """Lowest CPU priority and best-effort/7 IO priority for this thread and the threads it starts.
-
-    Best effort: what was applied is returned, failures are reported, never raised. Best-effort level 7
-    rather than the idle class: under BFQ the idle class can starve the pack for as long as the engine
-    keeps reading its shards; with the ``none``/``mq-deadline`` schedulers usual on NVMe neither applies.
-    """
-    applied = {}
-    try:
-        current = os.getpriority(os.PRIO_PROCESS, 0)
-        if current < 19:
-            os.nice(19 - current)
-        applied["nice"] = str(os.getpriority(os.PRIO_PROCESS, 0))
-    except OSError as exc:
-        applied["nice"] = "unchanged (%s)" % (exc.strerror or exc)
-    number = _IOPRIO_SET_NR.get(platform.machine().lower())
-    if number is None:
-        applied["ioprio"] = "unchanged (no ioprio_set number for %s)" % platform.machine()
-        return applied
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        value = (_IOPRIO_CLASS_BE << _IOPRIO_CLASS_SHIFT) | 7
-        if libc.syscall(number, _IOPRIO_WHO_PROCESS, 0, value) == 0:
-            applied["ioprio"] = "best-effort/7"
-        else:
-            applied["ioprio"] = "unchanged (%s)" % os.strerror(ctypes.get_errno())
-    except (OSError, AttributeError) as exc:
-        applied["ioprio"] = "unchanged (%s)" % exc
-    return applied
-
-
 # --------------------------------------------------------------------------------- row buffers
 
 class RowBuffer:
@@ -237,12 +202,17 @@ class RowBuffer:
         self.staged: Optional[Tuple[int, int]] = None  # (delta, rows) of the packed rows now in pmem
         self._stage_key = None
         self._stage_iov = None
+        self.method, self._np = "", None  # how stage() packs: numpy or kernel-gather (engram_packer_interleave)
         if staging:
             self._open_staging()
 
     def _open_staging(self) -> None:
         size = self.rows * ROW_BYTES + 2 * ALIGN
         size += (-size) % ALIGN
+        self.method, self._np = interleave_method()
+        if self._np is not None:  # numpy packs into anonymous memory
+            self.pmem = mmap.mmap(-1, size)
+            return
         if _LIBC is None or not hasattr(os, "memfd_create"):
             return
         try:
@@ -269,7 +239,11 @@ class RowBuffer:
         The kernel moves the weights: ``pwritev`` into the memfd at ``delta`` writes into the very pages
         ``pmem`` maps (no page cache of any disk file, no writeback), one iovec per row, each 264 bytes long:
         the row's 256 weight bytes and 8 bytes of the next row's, which the row's scales then overwrite in
-        one strided copy of 8-byte items (a memoryview assignment)."""
+        one strided copy of 8-byte items (a memoryview assignment). With numpy, two block copies instead."""
+        if self._np is not None:
+            numpy_stage(self._np, self.pmem, delta, self.wmem, self.wdelta, self.smem, self.sdelta, rows)
+            self.staged = (delta, rows)
+            return
         key = (self.wdelta, "stage")
         if key != self._stage_key:
             base = self._wbase + self.wdelta
