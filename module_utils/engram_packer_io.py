@@ -78,6 +78,36 @@ def _load_libc():
 _LIBC = _load_libc()
 
 
+def _huge_page_bytes() -> int:
+    """The transparent huge page size (2 MiB with 4 KiB pages), or 0 where unknown or too large to use."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size") as handle:
+            size = int(handle.read().strip())
+    except (OSError, ValueError):
+        return 0
+    return size if 0 < size <= (32 << 20) and hasattr(mmap, "MADV_HUGEPAGE") else 0
+
+
+HUGE_PAGE = _huge_page_bytes()
+
+
+def io_buffer(size: int) -> mmap.mmap:
+    """Private anonymous memory for ``O_DIRECT`` transfers and the interleave: pinning a 4 KiB page per
+    transfer was most of the system time (``gup_fast_fallback``), a huge page is pinned at once (about 4x
+    less system CPU per GB read or written, measured). The length is rounded up to whole huge pages (so the
+    kernel aligns the mapping), and only the whole huge pages of ``size`` are advised ``MADV_HUGEPAGE``: the
+    tail stays in small pages, so resident memory is what is touched, as before. Private, not the default
+    shared mapping: shared anonymous memory is shmem, which has no huge pages unless the admin enabled them."""
+    if not HUGE_PAGE or size < HUGE_PAGE:
+        return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
+    mem = mmap.mmap(-1, size + (-size) % HUGE_PAGE, flags=mmap.MAP_PRIVATE)
+    try:
+        mem.madvise(mmap.MADV_HUGEPAGE, 0, size - size % HUGE_PAGE)
+    except OSError:
+        pass  # advisory (THP disabled, an old kernel): small pages, same bytes
+    return mem
+
+
 # --------------------------------------------------------------------------------- plain helpers
 
 def pread_exact(fd: int, size: int, offset: int, what: str) -> bytes:
@@ -186,8 +216,8 @@ class RowBuffer:
 
     def __init__(self, rows: int, staging: bool = False):
         self.rows = rows
-        self.wmem = mmap.mmap(-1, rows * WEIGHT_BYTES + 2 * ALIGN)
-        self.smem = mmap.mmap(-1, rows * SCALE_BYTES + 2 * ALIGN)
+        self.wmem = io_buffer(rows * WEIGHT_BYTES + 2 * ALIGN)
+        self.smem = io_buffer(rows * SCALE_BYTES + 2 * ALIGN)
         self.wdelta = self.sdelta = 0
         self._iov_key = None
         self._iov = None  # array('Q'): (base, len) pairs, weight then scale iovec per row
@@ -211,7 +241,7 @@ class RowBuffer:
         size += (-size) % ALIGN
         self.method, self._np = interleave_method()
         if self._np is not None:  # numpy packs into anonymous memory
-            self.pmem = mmap.mmap(-1, size)
+            self.pmem = io_buffer(size)
             return
         if _LIBC is None or not hasattr(os, "memfd_create"):
             return
