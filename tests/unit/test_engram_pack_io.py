@@ -185,3 +185,42 @@ def test_the_cli_uses_numpy_where_importable_and_falls_back_to_the_same_bytes(ck
         dest.mkdir()
         rc, doc = _cli([sys.executable] + flags, tmp_path, ckpt, dest, want)
         assert rc == 1 and words in doc["msg"] and os.listdir(str(dest)) == [], doc
+
+
+def _vma(address: int) -> dict:
+    """The /proc/self/smaps fields of the mapping starting at ``address`` (sizes in kB)."""
+    fields, found = {}, False
+    with open("/proc/self/smaps") as handle:
+        for line in handle:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5:
+                if found:
+                    break
+                start, end = (int(x, 16) for x in head[0].split("-"))
+                found = start == address
+                fields = {"bytes": end - start, "flags": head[1], "name": " ".join(head[5:])}
+            elif found and line.endswith("kB\n"):
+                fields[head[0].rstrip(":")] = int(head[1])
+    assert found, hex(address)
+    return fields
+
+
+@pytest.mark.skipif(not epio.HUGE_PAGE, reason="no transparent huge pages here")
+def test_io_buffers_are_private_huge_pages_and_resident_only_where_touched():
+    size = 2 * epio.HUGE_PAGE + 3 * epio.ALIGN  # a chunk's weights: whole huge pages and a small tail
+    mem = epio.io_buffer(size)
+    anchor = ctypes.c_char.from_buffer(mem)
+    try:
+        address = ctypes.addressof(anchor)
+        assert len(mem) % epio.HUGE_PAGE == 0 and len(mem) >= size
+        mem[:size] = b"\x5A" * size  # what an O_DIRECT read of a chunk touches
+        vma = _vma(address)
+        assert vma["flags"][3] == "p" and vma["name"] == ""  # private anonymous, not shmem ("/dev/zero (deleted)")
+        assert vma["Rss"] * 1024 <= size + epio.ALIGN  # the rounded-up tail was never touched
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as handle:
+            enabled = handle.read()
+        if "[never]" not in enabled and address % epio.HUGE_PAGE == 0:
+            assert vma["AnonHugePages"] * 1024 == 2 * epio.HUGE_PAGE, vma
+    finally:
+        del anchor
+        mem.close()
