@@ -9,7 +9,8 @@ plain; ...), with the source evicted from the page cache and the outputs removed
   the end (what ``cp`` + ``sync`` costs);
 - ``pattern``: the same copy with the packer's own IO pattern: chunks of ``chunk_rows * 264`` bytes read
   ``O_DIRECT`` by one thread and written ``O_DIRECT`` by another (three chunk buffers, the packer's own
-  ``io_buffer``: private, huge pages; so a read overlaps a write), a block-unaligned tail written through the page cache, an fsync at the end;
+  ``io_buffer``: private, huge pages; so a read overlaps a write), a block-unaligned tail written through
+  the page cache, an fsync at the end;
 - ``pack``: the packer's command line (``engram_packer.py --json``, default ``verify=sample``).
 
 Every step runs under a small exec'd launcher (a bare ``python3 -I -S`` that forks, execs the step and
@@ -24,7 +25,8 @@ pattern copy and >= 1.0 of the plain copy, CPU <= 0.7 s per GB written, peak RSS
 held by source + output <= 2 chunks at any sample.
 
     .venv/bin/python benchmarks/pack_bench.py [--sizes 2,4] [--repeat 5] [--verify-repeat 3]
-        [--chunk-rows 16384] [--workdir /var/tmp/sparkfleet-pack-bench] [--keep] [--json-out FILE] [--interleave auto|numpy|kernel-gather]
+        [--chunk-rows 16384] [--workdir /var/tmp/sparkfleet-pack-bench] [--keep] [--json-out FILE]
+        [--interleave auto|numpy|kernel-gather]
 """
 from __future__ import annotations
 
@@ -297,7 +299,8 @@ def measure_size(ckpt: str, dest: str, tmp: str, layer: int, rows: int, args) ->
               "pack CPU %.2f s/GB (%s), RSS %.1f MiB, cache %.2f chunks; load %.1f"
               % (nbytes / GIB, rep + 1, ",".join(step_order), this["plain"]["mb_per_s"], this["pattern"]["mb_per_s"],
                  this["pack"]["mb_per_s"], ratios["pattern"][-1], ratios["plain"][-1], this["pack"]["cpu_s_per_gb"],
-                 this["pack"]["interleave"], this["pack"]["maxrss_bytes"] / MIB, this["pack"]["total_cache_bytes"] / chunk_bytes,
+                 this["pack"]["interleave"], this["pack"]["maxrss_bytes"] / MIB,
+                 this["pack"]["total_cache_bytes"] / chunk_bytes,
                  this["pack"]["load1"]), flush=True)
     full = [run_step("pack", ckpt, dest, src, layer, nbytes, args.chunk_rows, "full", tmp)
             for _ in range(args.verify_repeat)]
@@ -400,7 +403,8 @@ def main() -> int:
     print("chunk %d rows = %.2f MiB; %d repetitions per size, rotating order; %d verify=full packs per size; "
           "%d CPUs, load %.1f; %s" % (args.chunk_rows, chunk_bytes / MIB, args.repeat, args.verify_repeat,
                                       os.cpu_count(), os.getloadavg()[0], args.workdir), flush=True)
-    doc = {"chunk_rows": args.chunk_rows, "interleave_setting": args.interleave, "chunk_bytes": chunk_bytes, "repeat": args.repeat,
+    doc = {"chunk_rows": args.chunk_rows, "interleave_setting": args.interleave, "chunk_bytes": chunk_bytes,
+           "repeat": args.repeat,
            "verify_repeat": args.verify_repeat, "cpus": os.cpu_count(), "workdir": args.workdir,
            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sizes": {}}
     for layer, n in rows.items():

@@ -226,7 +226,7 @@ class RowBuffer:
         if _LIBC is not None:
             self._anchors = [ctypes.c_char.from_buffer(self.wmem), ctypes.c_char.from_buffer(self.smem)]
             self._wbase, self._sbase = (ctypes.addressof(a) for a in self._anchors)
-        # staging: packed rows assembled in memory (a memfd's pages, mapped), for O_DIRECT writes
+        # staging: packed rows assembled in memory (numpy: private memory; else a memfd's pages, mapped)
         self.pfd: Optional[int] = None
         self.pmem: Optional[mmap.mmap] = None
         self.staged: Optional[Tuple[int, int]] = None  # (delta, rows) of the packed rows now in pmem

@@ -42,7 +42,7 @@ class _Comparer:
 
     The source rows are read like the writer reads them (``O_DIRECT``) and packed in memory the same way
     (``RowBuffer.stage``); the packed file is read ``O_DIRECT`` too (through the page cache, advised and
-    dropped behind, where refused); one ``memcmp`` per chunk. Without a memfd the packed rows are
+    dropped behind, where refused); one ``memcmp`` per chunk. Without numpy or a memfd the packed rows are
     scattered back into weights and scales (``preadv``) and those are compared."""
 
     def __init__(self, fd: int, path: str, source, step: int):
