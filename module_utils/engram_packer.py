@@ -164,6 +164,14 @@ def pack(opts: PackOptions) -> dict:
 
     try:
         validate_options(opts)
+        # how staged (O_DIRECT) chunks are packed in memory, chosen before any buffer (a resume check
+        # stages too); through the page cache the kernel gathers
+        result["interleave"] = interleave_method()[0] if opts.direct else "kernel-gather"
+    except ValueError as exc:
+        raise fail("%s on %s." % (exc, opts.host)) from None
+    except PackError as exc:
+        raise fail(exc.msg) from None
+    try:
         check_dest(opts.dest, opts.host)
         result["available_bytes"] = available_bytes(opts.dest)
         sources = load_sources(opts.checkpoint, opts.layers)
@@ -224,10 +232,6 @@ def _pack_locked(opts: PackOptions, sources: Dict[int, LayerSource], result: dic
         return result
     if opts.nice:
         result["priority"] = lower_priority()
-    try:  # how staged (O_DIRECT) chunks are packed in memory; through the page cache the kernel gathers
-        result["interleave"] = interleave_method()[0] if opts.direct else "kernel-gather"
-    except ValueError as exc:
-        raise fail("%s on %s." % (exc, opts.host)) from None
     for plan, record in zip(plans, records):
         if plan.action == "skip":
             continue
