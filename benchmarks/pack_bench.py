@@ -8,8 +8,9 @@ plain; ...), with the source evicted from the page cache and the outputs removed
 - ``plain``: a sequential copy of as many bytes of the source shard, 8 MiB reads and writes, one fsync at
   the end (what ``cp`` + ``sync`` costs);
 - ``pattern``: the same copy with the packer's own IO pattern: chunks of ``chunk_rows * 264`` bytes read
-  ``O_DIRECT`` by one thread and written ``O_DIRECT`` by another (three chunk buffers, so a read overlaps
-  a write), a block-unaligned tail written through the page cache, an fsync at the end;
+  ``O_DIRECT`` by one thread and written ``O_DIRECT`` by another (three chunk buffers, the packer's own
+  ``io_buffer``: private, huge pages; so a read overlaps a write), a block-unaligned tail written through
+  the page cache, an fsync at the end;
 - ``pack``: the packer's command line (``engram_packer.py --json``, default ``verify=sample``).
 
 Every step runs under a small exec'd launcher (a bare ``python3 -I -S`` that forks, execs the step and
@@ -25,6 +26,7 @@ held by source + output <= 2 chunks at any sample.
 
     .venv/bin/python benchmarks/pack_bench.py [--sizes 2,4] [--repeat 5] [--verify-repeat 3]
         [--chunk-rows 16384] [--workdir /var/tmp/sparkfleet-pack-bench] [--keep] [--json-out FILE]
+        [--interleave auto|numpy|kernel-gather]
 """
 from __future__ import annotations
 
@@ -93,13 +95,14 @@ os.close(fi)
 """
 
 PATTERN_COPY = r"""
-import mmap, os, queue, sys, threading
+import os, queue, sys, threading
 src, out, n, chunk = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-ALIGN = 4096
+sys.path.insert(0, sys.argv[5])  # module_utils: the packer's own buffers (private, huge pages)
+from engram_packer_io import ALIGN, io_buffer
 fi = os.open(src, os.O_RDONLY | os.O_DIRECT)
 fo = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
 fd = os.open(out, os.O_WRONLY | os.O_DIRECT)
-bufs = [mmap.mmap(-1, chunk + ALIGN) for _ in range(3)]
+bufs = [io_buffer(chunk + ALIGN) for _ in range(3)]
 free, todo = queue.Queue(), queue.Queue()
 for i in range(3):
     free.put(i)
@@ -237,7 +240,8 @@ def run_step(kind: str, ckpt: str, dest: str, src: str, layer: int, nbytes: int,
     if kind == "plain":
         doc = launch([sys.executable, "-I", "-c", PLAIN_COPY, src, out, str(nbytes)], src, [out], tmp)
     elif kind == "pattern":
-        doc = launch([sys.executable, "-I", "-c", PATTERN_COPY, src, out, str(nbytes), str(chunk_rows * ROW_BYTES)],
+        doc = launch([sys.executable, "-I", "-c", PATTERN_COPY, src, out, str(nbytes), str(chunk_rows * ROW_BYTES),
+                      os.path.join(ROOT, "module_utils")],
                      src, [out], tmp)
     else:
         names = [os.path.join(dest, "engram-l%d-r0of1.%s" % (layer, ext)) for ext in ("partial", "bin")]
@@ -251,6 +255,7 @@ def run_step(kind: str, ckpt: str, dest: str, src: str, layer: int, nbytes: int,
         if shard["bytes"] != nbytes:
             raise SystemExit("packed %d bytes, expected %d" % (shard["bytes"], nbytes))
         doc["verify_seconds"] = shard["verify_seconds"]
+        doc["interleave"] = result.get("interleave")  # numpy or kernel-gather (engram_packer_interleave)
     doc.pop("stdout")
     written = os.path.getsize(out) if kind != "pack" else nbytes
     if written != nbytes:
@@ -291,10 +296,11 @@ def measure_size(ckpt: str, dest: str, tmp: str, layer: int, rows: int, args) ->
         for ref in ("pattern", "plain"):
             ratios[ref].append(this[ref]["wall_s"] / this["pack"]["wall_s"])
         print("  %.2f GiB rep %d (%s): MB/s plain %.0f, pattern %.0f, pack %.0f; pack/pattern %.3f, pack/plain %.3f; "
-              "pack CPU %.2f s/GB, RSS %.1f MiB, cache %.2f chunks; load %.1f"
+              "pack CPU %.2f s/GB (%s), RSS %.1f MiB, cache %.2f chunks; load %.1f"
               % (nbytes / GIB, rep + 1, ",".join(step_order), this["plain"]["mb_per_s"], this["pattern"]["mb_per_s"],
                  this["pack"]["mb_per_s"], ratios["pattern"][-1], ratios["plain"][-1], this["pack"]["cpu_s_per_gb"],
-                 this["pack"]["maxrss_bytes"] / MIB, this["pack"]["total_cache_bytes"] / chunk_bytes,
+                 this["pack"]["interleave"], this["pack"]["maxrss_bytes"] / MIB,
+                 this["pack"]["total_cache_bytes"] / chunk_bytes,
                  this["pack"]["load1"]), flush=True)
     full = [run_step("pack", ckpt, dest, src, layer, nbytes, args.chunk_rows, "full", tmp)
             for _ in range(args.verify_repeat)]
@@ -304,7 +310,7 @@ def measure_size(ckpt: str, dest: str, tmp: str, layer: int, rows: int, args) ->
                "verify_sample_s_per_gb": spread(r["verify_seconds"] / gb for r in runs["pack"]),
                "verify_full_s_per_gb": spread(r["verify_seconds"] / gb for r in full) if full else None,
                "pack_full_s_per_gb": spread(r["s_per_gb"] for r in full) if full else None,
-               "runs": runs, "full_runs": full}
+               "interleave": sorted({str(r["interleave"]) for r in runs["pack"]}), "runs": runs, "full_runs": full}
     for kind in order:
         rs = runs[kind]
         summary[kind] = {"mb_per_s": spread(r["mb_per_s"] for r in rs), "s_per_gb": spread(r["s_per_gb"] for r in rs),
@@ -370,7 +376,10 @@ def main() -> int:
     parser.add_argument("--chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS)
     parser.add_argument("--json-out", default=None)
     parser.add_argument("--keep", action="store_true", help="keep the synthetic checkpoint for the next run")
+    parser.add_argument("--interleave", choices=("auto", "numpy", "kernel-gather"), default="auto",
+                        help="the packer's interleave (SPARKFLEET_PACK_INTERLEAVE; auto: numpy where importable)")
     args = parser.parse_args()
+    os.environ["SPARKFLEET_PACK_INTERLEAVE"] = args.interleave  # inherited by the launcher and the packer
     sizes = [float(x) for x in args.sizes.split(",") if x.strip()]
     if not 1 <= len(sizes) <= len(LAYERS) or args.repeat < 1:
         raise SystemExit("--sizes takes one or two sizes, --repeat at least 1")
@@ -394,7 +403,8 @@ def main() -> int:
     print("chunk %d rows = %.2f MiB; %d repetitions per size, rotating order; %d verify=full packs per size; "
           "%d CPUs, load %.1f; %s" % (args.chunk_rows, chunk_bytes / MIB, args.repeat, args.verify_repeat,
                                       os.cpu_count(), os.getloadavg()[0], args.workdir), flush=True)
-    doc = {"chunk_rows": args.chunk_rows, "chunk_bytes": chunk_bytes, "repeat": args.repeat,
+    doc = {"chunk_rows": args.chunk_rows, "interleave_setting": args.interleave, "chunk_bytes": chunk_bytes,
+           "repeat": args.repeat,
            "verify_repeat": args.verify_repeat, "cpus": os.cpu_count(), "workdir": args.workdir,
            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sizes": {}}
     for layer, n in rows.items():

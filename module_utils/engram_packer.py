@@ -40,17 +40,20 @@ Standard library only (Debian's python3 on the hosts, the engine image's python3
 from __future__ import annotations
 
 import argparse
+import ctypes
 import errno
 import fcntl
 import json
 import os
+import platform
 import socket
 import sys
 from typing import Dict, List, Optional
 
 try:
     from ansible.module_utils.engram_format import STATE_ABSENT, STATE_INVALID, STATE_PARTIAL, STATE_VALID
-    from ansible.module_utils.engram_packer_io import PackError, lower_priority
+    from ansible.module_utils.engram_packer_interleave import interleave_method
+    from ansible.module_utils.engram_packer_io import PackError
     from ansible.module_utils.engram_packer_plan import (  # noqa: F401  (the packer's API, in one place)
         DEFAULT_CHUNK_ROWS, DEFAULT_LAYERS, DEFAULT_MARGIN_BYTES, MAX_CHUNK_ROWS, LayerSource, PackOptions,
         ShardPlan, available_bytes, check_dest, dest_writable_problem, fmt_bytes, load_sources, plan_shard,
@@ -60,7 +63,8 @@ try:
 except ImportError:  # stand-alone: the packer's files side by side (the module writes them; the container runs them)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under python3 -I / PYTHONSAFEPATH
     from engram_format import STATE_ABSENT, STATE_INVALID, STATE_PARTIAL, STATE_VALID  # type: ignore
-    from engram_packer_io import PackError, lower_priority  # type: ignore
+    from engram_packer_interleave import interleave_method  # type: ignore
+    from engram_packer_io import PackError  # type: ignore
     from engram_packer_plan import (  # type: ignore  # noqa: F401
         DEFAULT_CHUNK_ROWS, DEFAULT_LAYERS, DEFAULT_MARGIN_BYTES, MAX_CHUNK_ROWS, LayerSource, PackOptions,
         ShardPlan, available_bytes, check_dest, dest_writable_problem, fmt_bytes, load_sources, plan_shard,
@@ -69,8 +73,44 @@ except ImportError:  # stand-alone: the packer's files side by side (the module 
     from engram_packer_write import pack_shard  # type: ignore
 
 # Every file the packer needs on a host, in import order (the module writes them for container mode).
-PACKER_FILES = ("safetensors_header.py", "engram_format.py", "engram_packer_io.py", "engram_packer_verify.py",
-                "engram_packer_plan.py", "engram_packer_write.py", "engram_packer.py")
+PACKER_FILES = ("safetensors_header.py", "engram_format.py", "engram_packer_interleave.py", "engram_packer_io.py",
+                "engram_packer_verify.py", "engram_packer_plan.py", "engram_packer_write.py", "engram_packer.py")
+
+# ioprio_set(2) syscall numbers; aarch64 is what a DGX Spark runs.
+_IOPRIO_SET_NR = {"x86_64": 251, "amd64": 251, "aarch64": 30, "arm64": 30, "riscv64": 30, "i386": 289,
+                  "i686": 289, "armv7l": 314, "ppc64le": 273, "ppc64": 273, "s390x": 282}
+_IOPRIO_CLASS_SHIFT, _IOPRIO_CLASS_BE, _IOPRIO_WHO_PROCESS = 13, 2, 1
+
+
+def lower_priority() -> Dict[str, str]:
+    """Lowest CPU priority and best-effort/7 IO priority for this thread and the threads it starts.
+
+    Best effort: what was applied is returned, failures are reported, never raised. Best-effort level 7
+    rather than the idle class: under BFQ the idle class can starve the pack for as long as the engine
+    keeps reading its shards; with the ``none``/``mq-deadline`` schedulers usual on NVMe neither applies.
+    """
+    applied = {}
+    try:
+        current = os.getpriority(os.PRIO_PROCESS, 0)
+        if current < 19:
+            os.nice(19 - current)
+        applied["nice"] = str(os.getpriority(os.PRIO_PROCESS, 0))
+    except OSError as exc:
+        applied["nice"] = "unchanged (%s)" % (exc.strerror or exc)
+    number = _IOPRIO_SET_NR.get(platform.machine().lower())
+    if number is None:
+        applied["ioprio"] = "unchanged (no ioprio_set number for %s)" % platform.machine()
+        return applied
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        value = (_IOPRIO_CLASS_BE << _IOPRIO_CLASS_SHIFT) | 7
+        if libc.syscall(number, _IOPRIO_WHO_PROCESS, 0, value) == 0:
+            applied["ioprio"] = "best-effort/7"
+        else:
+            applied["ioprio"] = "unchanged (%s)" % os.strerror(ctypes.get_errno())
+    except (OSError, AttributeError) as exc:
+        applied["ioprio"] = "unchanged (%s)" % exc
+    return applied
 
 
 # ---------------------------------------------------------------------------------------------- run
@@ -124,6 +164,14 @@ def pack(opts: PackOptions) -> dict:
 
     try:
         validate_options(opts)
+        # how staged (O_DIRECT) chunks are packed in memory, chosen before any buffer (a resume check
+        # stages too); through the page cache the kernel gathers
+        result["interleave"] = interleave_method()[0] if opts.direct else "kernel-gather"
+    except ValueError as exc:
+        raise fail("%s on %s." % (exc, opts.host)) from None
+    except PackError as exc:
+        raise fail(exc.msg) from None
+    try:
         check_dest(opts.dest, opts.host)
         result["available_bytes"] = available_bytes(opts.dest)
         sources = load_sources(opts.checkpoint, opts.layers)

@@ -8,14 +8,13 @@ Where the packer's time goes, and why it is done this way (docs/packing.md, "Spe
   never occupies the page cache (on GB10 page cache is GPU memory). Where ``O_DIRECT`` is refused (some
   FUSE or old tmpfs mounts) the same reads go through the page cache, advised ``RANDOM`` with a half-chunk
   ``WILLNEED`` window and dropped behind.
-- Rows are interleaved by the kernel, not by Python: ``pwritev`` gathers each packed row from its 256
-  weight bytes and 8 scale bytes (512 rows, 1024 iovecs, per call), and ``preadv`` scatters packed rows
-  back into weights and scales when a shard is compared with its source. The iovec arrays are built once
-  per buffer and passed to libc through ctypes (``os.pwritev`` would rebuild 1024 buffer views per call).
-- Comparisons use ``memcmp`` on the buffers (no copies).
+- Rows are packed in memory (``RowBuffer.stage``) by numpy where importable, else by the kernel
+  (engram_packer_interleave says how and why), and ``preadv`` scatters packed rows back into weights and
+  scales when a shard is compared with its source; iovec arrays are built once per buffer and passed to
+  libc through ctypes (``os.preadv`` would rebuild 1024 buffer views per call). Comparisons: ``memcmp``.
 Without ctypes or on a 32-bit Python the same calls go through ``os.pwritev``/``os.preadv`` with views.
 
-Standard library only.
+Standard library only, but for the optional numpy interleave.
 """
 from __future__ import annotations
 
@@ -24,14 +23,15 @@ import errno
 import json
 import mmap
 import os
-import platform
 from array import array
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 try:
     from ansible.module_utils.engram_format import ROW_BYTES, SCALE_BYTES, WEIGHT_BYTES
+    from ansible.module_utils.engram_packer_interleave import interleave_method, numpy_stage
 except ImportError:  # stand-alone: the packer's files side by side
     from engram_format import ROW_BYTES, SCALE_BYTES, WEIGHT_BYTES  # type: ignore
+    from engram_packer_interleave import interleave_method, numpy_stage  # type: ignore
 
 GIB = 1 << 30
 PAGE = mmap.PAGESIZE
@@ -47,10 +47,6 @@ FADV_DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", 4)
 FADV_WILLNEED = getattr(os, "POSIX_FADV_WILLNEED", 3)
 FADV_RANDOM = getattr(os, "POSIX_FADV_RANDOM", 1)
 SFR_WAIT_BEFORE, SFR_WRITE, SFR_WAIT_AFTER = 1, 2, 4
-# ioprio_set(2) syscall numbers; aarch64 is what a DGX Spark runs.
-_IOPRIO_SET_NR = {"x86_64": 251, "amd64": 251, "aarch64": 30, "arm64": 30, "riscv64": 30, "i386": 289,
-                  "i686": 289, "armv7l": 314, "ppc64le": 273, "ppc64": 273, "s390x": 282}
-_IOPRIO_CLASS_SHIFT, _IOPRIO_CLASS_BE, _IOPRIO_WHO_PROCESS = 13, 2, 1
 
 
 class PackError(Exception):
@@ -80,6 +76,36 @@ def _load_libc():
 
 
 _LIBC = _load_libc()
+
+
+def _huge_page_bytes() -> int:
+    """The transparent huge page size (2 MiB with 4 KiB pages), or 0 where unknown or too large to use."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size") as handle:
+            size = int(handle.read().strip())
+    except (OSError, ValueError):
+        return 0
+    return size if 0 < size <= (32 << 20) and hasattr(mmap, "MADV_HUGEPAGE") else 0
+
+
+HUGE_PAGE = _huge_page_bytes()
+
+
+def io_buffer(size: int) -> mmap.mmap:
+    """Private anonymous memory for ``O_DIRECT`` transfers and the interleave: pinning a 4 KiB page per
+    transfer was most of the system time (``gup_fast_fallback``), a huge page is pinned at once (about 4x
+    less system CPU per GB read or written, measured). The length is rounded up to whole huge pages (so the
+    kernel aligns the mapping), and only the whole huge pages of ``size`` are advised ``MADV_HUGEPAGE``: the
+    tail stays in small pages, so resident memory is what is touched, as before. Private, not the default
+    shared mapping: shared anonymous memory is shmem, which has no huge pages unless the admin enabled them."""
+    if not HUGE_PAGE or size < HUGE_PAGE:
+        return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
+    mem = mmap.mmap(-1, size + (-size) % HUGE_PAGE, flags=mmap.MAP_PRIVATE)
+    try:
+        mem.madvise(mmap.MADV_HUGEPAGE, 0, size - size % HUGE_PAGE)
+    except OSError:
+        pass  # advisory (THP disabled, an old kernel): small pages, same bytes
+    return mem
 
 
 # --------------------------------------------------------------------------------- plain helpers
@@ -179,37 +205,6 @@ def write_json_exclusive(path: str, doc: dict) -> None:
         raise
 
 
-def lower_priority() -> Dict[str, str]:
-    """Lowest CPU priority and best-effort/7 IO priority for this thread and the threads it starts.
-
-    Best effort: what was applied is returned, failures are reported, never raised. Best-effort level 7
-    rather than the idle class: under BFQ the idle class can starve the pack for as long as the engine
-    keeps reading its shards; with the ``none``/``mq-deadline`` schedulers usual on NVMe neither applies.
-    """
-    applied = {}
-    try:
-        current = os.getpriority(os.PRIO_PROCESS, 0)
-        if current < 19:
-            os.nice(19 - current)
-        applied["nice"] = str(os.getpriority(os.PRIO_PROCESS, 0))
-    except OSError as exc:
-        applied["nice"] = "unchanged (%s)" % (exc.strerror or exc)
-    number = _IOPRIO_SET_NR.get(platform.machine().lower())
-    if number is None:
-        applied["ioprio"] = "unchanged (no ioprio_set number for %s)" % platform.machine()
-        return applied
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        value = (_IOPRIO_CLASS_BE << _IOPRIO_CLASS_SHIFT) | 7
-        if libc.syscall(number, _IOPRIO_WHO_PROCESS, 0, value) == 0:
-            applied["ioprio"] = "best-effort/7"
-        else:
-            applied["ioprio"] = "unchanged (%s)" % os.strerror(ctypes.get_errno())
-    except (OSError, AttributeError) as exc:
-        applied["ioprio"] = "unchanged (%s)" % exc
-    return applied
-
-
 # --------------------------------------------------------------------------------- row buffers
 
 class RowBuffer:
@@ -221,8 +216,8 @@ class RowBuffer:
 
     def __init__(self, rows: int, staging: bool = False):
         self.rows = rows
-        self.wmem = mmap.mmap(-1, rows * WEIGHT_BYTES + 2 * ALIGN)
-        self.smem = mmap.mmap(-1, rows * SCALE_BYTES + 2 * ALIGN)
+        self.wmem = io_buffer(rows * WEIGHT_BYTES + 2 * ALIGN)
+        self.smem = io_buffer(rows * SCALE_BYTES + 2 * ALIGN)
         self.wdelta = self.sdelta = 0
         self._iov_key = None
         self._iov = None  # array('Q'): (base, len) pairs, weight then scale iovec per row
@@ -231,18 +226,23 @@ class RowBuffer:
         if _LIBC is not None:
             self._anchors = [ctypes.c_char.from_buffer(self.wmem), ctypes.c_char.from_buffer(self.smem)]
             self._wbase, self._sbase = (ctypes.addressof(a) for a in self._anchors)
-        # staging: packed rows assembled in memory (a memfd's pages, mapped), for O_DIRECT writes
+        # staging: packed rows assembled in memory (numpy: private memory; else a memfd's pages, mapped)
         self.pfd: Optional[int] = None
         self.pmem: Optional[mmap.mmap] = None
         self.staged: Optional[Tuple[int, int]] = None  # (delta, rows) of the packed rows now in pmem
         self._stage_key = None
         self._stage_iov = None
+        self.method, self._np = "", None  # how stage() packs: numpy or kernel-gather (engram_packer_interleave)
         if staging:
             self._open_staging()
 
     def _open_staging(self) -> None:
         size = self.rows * ROW_BYTES + 2 * ALIGN
         size += (-size) % ALIGN
+        self.method, self._np = interleave_method()
+        if self._np is not None:  # numpy packs into anonymous memory
+            self.pmem = io_buffer(size)
+            return
         if _LIBC is None or not hasattr(os, "memfd_create"):
             return
         try:
@@ -269,7 +269,11 @@ class RowBuffer:
         The kernel moves the weights: ``pwritev`` into the memfd at ``delta`` writes into the very pages
         ``pmem`` maps (no page cache of any disk file, no writeback), one iovec per row, each 264 bytes long:
         the row's 256 weight bytes and 8 bytes of the next row's, which the row's scales then overwrite in
-        one strided copy of 8-byte items (a memoryview assignment)."""
+        one strided copy of 8-byte items (a memoryview assignment). With numpy, two block copies instead."""
+        if self._np is not None:
+            numpy_stage(self._np, self.pmem, delta, self.wmem, self.wdelta, self.smem, self.sdelta, rows)
+            self.staged = (delta, rows)
+            return
         key = (self.wdelta, "stage")
         if key != self._stage_key:
             base = self._wbase + self.wdelta

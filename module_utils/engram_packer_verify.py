@@ -11,7 +11,6 @@ Standard library only.
 """
 from __future__ import annotations
 
-import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import List, Sequence, Tuple
@@ -21,13 +20,13 @@ try:
                                                     decode_header, header_problems)
     from ansible.module_utils.engram_packer_io import (
         ALIGN, FADV_DONTNEED, FADV_RANDOM, FADV_WILLNEED, PackError, RowBuffer, SourceReader, AlignedFile,
-        drop_behind, drop_pages, fadvise, first_different_row, pread_exact, same_bytes)
+        drop_behind, drop_pages, fadvise, first_different_row, io_buffer, pread_exact, same_bytes)
 except ImportError:  # stand-alone: the packer's files side by side
     from engram_format import (HEADER_SIZE, ROW_BYTES, SCALE_BYTES, WEIGHT_BYTES,  # type: ignore
                                decode_header, header_problems)
     from engram_packer_io import (  # type: ignore
         ALIGN, FADV_DONTNEED, FADV_RANDOM, FADV_WILLNEED, PackError, RowBuffer, SourceReader, AlignedFile,
-        drop_behind, drop_pages, fadvise, first_different_row, pread_exact, same_bytes)
+        drop_behind, drop_pages, fadvise, first_different_row, io_buffer, pread_exact, same_bytes)
 
 SAMPLE_ROWS = 1024  # rows compared with the source by verify=sample (first and last included)
 SAMPLE_WINDOW = 32  # sampled rows whose pages are requested ahead (at most ~3 x 32 pages cached at once)
@@ -43,7 +42,7 @@ class _Comparer:
 
     The source rows are read like the writer reads them (``O_DIRECT``) and packed in memory the same way
     (``RowBuffer.stage``); the packed file is read ``O_DIRECT`` too (through the page cache, advised and
-    dropped behind, where refused); one ``memcmp`` per chunk. Without a memfd the packed rows are
+    dropped behind, where refused); one ``memcmp`` per chunk. Without numpy or a memfd the packed rows are
     scattered back into weights and scales (``preadv``) and those are compared."""
 
     def __init__(self, fd: int, path: str, source, step: int):
@@ -54,7 +53,7 @@ class _Comparer:
         try:
             if self.want.can_stage:
                 self.packed = AlignedFile(path, HEADER_SIZE, os.fstat(fd).st_size, direct=True, nofollow=True)
-                self.got = mmap.mmap(-1, step * ROW_BYTES + 2 * ALIGN)
+                self.got = io_buffer(step * ROW_BYTES + 2 * ALIGN)
             else:
                 self.got_rows = RowBuffer(step)
         except BaseException:
