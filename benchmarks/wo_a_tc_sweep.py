@@ -261,6 +261,8 @@ def main() -> int:
                 r = timed(lambda i, b=batched, bk=bk: K.prefill(xs[i], twins[i], outs[i], batched=b, block_k=bk))
                 result["rows"].append({**base, "path": "prefill_batched" if batched else "prefill_per_group",
                                        "dequant_block_k": bk, **r})
+            r = timed(lambda i: K.prefill(xs[i], twins[i], outs[i], overlap=True))
+            result["rows"].append({**base, "path": "prefill_overlap", **r})
             best = None
             for c in sweep_candidates(m, groups, sms, args):
                 if time.time() - t0 > args.deadline:

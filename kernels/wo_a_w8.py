@@ -41,6 +41,7 @@ import triton
 import triton.language as tl
 
 from . import wo_a_gluon as _gluon
+from . import wo_a_prefill as _prefill
 from . import wo_a_tc as _tc
 from .wo_a_gluon import GluonConfig, RingConfig
 from .wo_a_tc import TcConfig, exponent_words, store_tile, tile_origin, token_ptrs, weight_ptrs
@@ -802,13 +803,18 @@ def _dequantize_rows(values: torch.Tensor, exponents: torch.Tensor, out: torch.T
 
 
 def prefill(x: torch.Tensor, twin: Twin, out: torch.Tensor | None = None, *, batched: bool = False,
-            block_k: int = 128) -> torch.Tensor:
+            block_k: int = 128, overlap: bool = False) -> torch.Tensor:
     """y from the twin alone through a bf16 scratch and cuBLAS (never a bf16 copy kept past the call).
 
     ``batched=False``: per group, dequantise into one ``[R, D]`` scratch and multiply straight into
-    ``y[:, g, :]``. ``batched=True``: all groups in one dequantise launch into a ``[G, R, D]`` scratch
-    freed with the call, then one batched GEMM (the einsum's own), copied into ``out`` if given."""
+    ``y[:, g, :]``; with ``overlap`` (CUDA) the next group's dequantisation runs on a side stream during
+    this group's GEMM (two scratches, :mod:`kernels.wo_a_prefill`; the same bits). ``batched=True``: all
+    groups in one dequantise launch into a ``[G, R, D]`` scratch freed with the call, then one batched
+    GEMM (the einsum's own), copied into ``out`` if given."""
     m, g, _ = x.shape
+    if overlap and not batched and x.device.type == "cuda":
+        y = out if out is not None else torch.empty((m, g, twin.rows), dtype=torch.bfloat16, device=x.device)
+        return _prefill.overlapped(x, y, twin.rows, twin.cols, lambda gi, buf: dequantize_group(twin, gi, buf))
     if batched and x.device.type == "cuda":
         scratch = torch.empty((g, twin.rows, twin.cols), dtype=torch.bfloat16, device=x.device)
         _dequantize_rows(twin.values.view(g * twin.rows, twin.cols), twin.exponents.view(-1, twin.cols // BLOCK),

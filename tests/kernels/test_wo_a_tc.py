@@ -223,3 +223,26 @@ def test_batched_prefill_full_shape(groups, m, gen):
     assert torch.equal(bits(K.prefill(x, twin, batched=True)), bits(y))
     assert K._prefill_batched(m, groups)  # every case above is in the table: the dispatcher runs it
     assert torch.equal(bits(K.wo_a(x, twin)), bits(y))
+
+
+@needs_gpu
+@pytest.mark.parametrize("groups, m", [(2, 192), (4, 1024), (3, 77)])
+def test_overlapped_prefill_equals_per_group_and_replays(groups, m, gen):
+    """The side-stream prefill is bit for bit the per-group form (same kernels, same order per group),
+    writes every output, and replays as a CUDA graph (fork and join of the side stream) to the same bits."""
+    twin = random_twin(groups, 1024, 4096, gen)
+    x = _x(m, groups, 4096, gen, m % 2 == 1)
+    want = torch.full((m, groups, 1024), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    K.prefill(x, twin, want)
+    y = torch.full_like(want, float("nan"))
+    K.prefill(x, twin, y, overlap=True)
+    assert torch.equal(bits(y), bits(want))
+    assert_close_to_fp64(y, x, K.dequantize(twin), gen.initial_seed())
+    y.fill_(float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        K.prefill(x, twin, y, overlap=True)
+    graph.replay()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(bits(y), bits(want))
