@@ -129,20 +129,24 @@ def choose_tables(rows: list[dict], mid_max_m: int = K.MID_MAX_M, margin: float 
     Above, the baseline is the per-group prefill and the challengers the batched prefill, then a ``tc``
     tiling. Returns {"tc": {G: [[lo, hi, config]]}, "prefill_batched": {G: [[lo, hi or None]]},
     "buckets": {G: [{M, path, us, baseline, baseline_us, einsum_us}]}}."""
-    out: dict = {"tc": {}, "prefill_batched": {}, "buckets": {}}
+    out: dict = {"tc": {}, "prefill_batched": {}, "prefill_overlap": {}, "buckets": {}}
     for g in sorted({r["G"] for r in rows}):
         ms = sorted({r["M"] for r in rows if r["G"] == g})
-        tc, batched, buckets = [], [], []
+        tc, batched, overlap, buckets = [], [], [], []
         for i, m in enumerate(ms):
             lo, hi = (ms[i - 1] + 1 if i else 17), (m if i < len(ms) - 1 else None)
             here = [r for r in rows if r["G"] == g and r["M"] == m and "us" in r]
             ein = next(r for r in here if r["path"] == "einsum_bf16")["us"]
             ok_tc = [r for r in here if r["path"] == "tc" and r.get("ok")]
             best_tc = min(ok_tc, key=lambda r: r["us"], default=None)
+            incumbent = None
             if m <= mid_max_m:
                 now = next(r for r in here if r["path"] == "dispatcher_no_weight")
                 base, base_us = now.get("chosen"), now["us"]
-                if base == "tc":
+                if base == "tc" and "tc_config" in now:
+                    # the installed tiling, timed in this run: a challenger must beat it by the margin
+                    incumbent = now["tc_config"]
+                elif base == "tc":
                     base_us = float("inf")  # no other path timed here: tc stays (an earlier sweep chose it)
             else:
                 per_group = next(r for r in here if r["path"] == "prefill_per_group")
@@ -159,9 +163,21 @@ def choose_tables(rows: list[dict], mid_max_m: int = K.MID_MAX_M, margin: float 
                     batched.pop()
                 path, us = "tc", best_tc["us"]
                 tc.append([lo, hi, best_tc["config"]])
+            elif incumbent is not None:
+                tc.append([lo, hi, incumbent])
+            fast_o = [r for r in here if r["path"] == "prefill_overlap" and r["rel_err"] <= 1e-2 and r["written"]
+                      and r["deterministic"]]
+            best_o = min(fast_o, key=lambda r: r["us"], default=None)
+            if best_o is not None and best_o["us"] * (1 + margin) < us:
+                if path == "tc":
+                    tc.pop()
+                if path == "prefill_batched":
+                    batched.pop()
+                path, us = "prefill_overlap", best_o["us"]
+                overlap.append([lo, hi])
             buckets.append({"M": m, "path": path, "us": us, "baseline": base,
                             "baseline_us": None if base_us == float("inf") else base_us, "einsum_us": ein})
-        for ranges in (tc, batched):  # adjacent buckets with the same choice merge
+        for ranges in (tc, batched, overlap):  # adjacent buckets with the same choice merge
             merged = []
             for rng in ranges:
                 if merged and merged[-1][1] is not None and merged[-1][1] + 1 == rng[0] and merged[-1][2:] == rng[2:]:
@@ -170,6 +186,7 @@ def choose_tables(rows: list[dict], mid_max_m: int = K.MID_MAX_M, margin: float 
                     merged.append(list(rng))
             ranges[:] = merged
         out["tc"][g], out["prefill_batched"][g], out["buckets"][g] = tc, batched, buckets
+        out["prefill_overlap"][g] = overlap
     return out
 
 
@@ -256,7 +273,9 @@ def main() -> int:
             ein = timed(lambda i: torch.einsum("tgd,grd->tgr", xs[i], w_bf16[i]))
             result["rows"].append({**base, "path": "einsum_bf16", **ein})
             now = timed(lambda i: K.wo_a(xs[i], twins[i], out=outs[i]))
-            result["rows"].append({**base, "path": "dispatcher_no_weight", "chosen": K.select_path(m, groups), **now})
+            chosen = K.select_path(m, groups)
+            extra = {"tc_config": asdict(K.tc_config(m, groups, R, D))} if chosen == "tc" else {}
+            result["rows"].append({**base, "path": "dispatcher_no_weight", "chosen": chosen, **extra, **now})
             for batched, bk in ((False, 128), (True, 128), (True, 512)):
                 r = timed(lambda i, b=batched, bk=bk: K.prefill(xs[i], twins[i], outs[i], batched=b, block_k=bk))
                 result["rows"].append({**base, "path": "prefill_batched" if batched else "prefill_per_group",
@@ -293,7 +312,8 @@ def main() -> int:
     info["wall_s"] = time.time() - t0
     result["tables"] = choose_tables(result["rows"])
     Path(args.out).write_text(json.dumps(result, separators=(",", ":")))
-    print(json.dumps(result["tables"]["tc"]), json.dumps(result["tables"]["prefill_batched"]))
+    print(json.dumps(result["tables"]["tc"]), json.dumps(result["tables"]["prefill_batched"]),
+          json.dumps(result["tables"]["prefill_overlap"]))
     return 0
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "MID_MAX_M",
     "NotTwinnableError",
     "PREFILL_BATCHED",
+    "PREFILL_OVERLAP",
     "SMALL_MAX_M",
     "TC_TABLE",
     "TcConfig",
@@ -546,6 +547,8 @@ def select_path(m: int, groups: int, device: torch.device | str = "cuda") -> str
         return "gluon"
     if m <= _wide_max_m(groups, device) and _gluon.available(device) and not _failed("wide", device):
         return "wide"
+    if device.type == "cuda" and _prefill_overlap(m, groups):
+        return "einsum"  # without the weight: the overlapped prefill (PREFILL_OVERLAP)
     if _tc_entry(m, groups) is not None and not _failed("tc", device):
         return "tc"
     if _failed("mid", device):
@@ -627,6 +630,9 @@ TC_TABLE: dict[int, tuple[tuple[int, int, TcConfig], ...]] = {
 # batched GEMM runs, instead of one group at a time (same sweep; H200): G=2 193..512 rows (25.85 us vs
 # 30.17), G=4 from 193 rows on (512: 44.43 vs 62.90; 1024: 69.30 vs 74.20). G=2 at 1024 rows: within 3%.
 PREFILL_BATCHED: dict[int, tuple[tuple[int, int | None], ...]] = {2: ((193, 512),), 4: ((193, None),)}
+# Rows (same form; before TC_TABLE and PREFILL_BATCHED) that run the overlapped prefill without the weight:
+# the next group dequantised on a side stream behind this group's GEMM (kernels/wo_a_prefill.py).
+PREFILL_OVERLAP: dict[int, tuple[tuple[int, int | None], ...]] = {}
 
 
 def _tc_entry(m: int, groups: int) -> TcConfig | None:
@@ -634,9 +640,16 @@ def _tc_entry(m: int, groups: int) -> TcConfig | None:
     return next((c for lo, hi, c in table if lo <= m <= hi), None)
 
 
+def _in_ranges(table: dict, m: int, groups: int) -> bool:
+    return any(lo <= m and (hi is None or m <= hi) for lo, hi in table.get(groups, table.get(4, ())))
+
+
 def _prefill_batched(m: int, groups: int) -> bool:
-    ranges = PREFILL_BATCHED.get(groups, PREFILL_BATCHED.get(4, ()))
-    return any(lo <= m and (hi is None or m <= hi) for lo, hi in ranges)
+    return _in_ranges(PREFILL_BATCHED, m, groups) and not _in_ranges(PREFILL_OVERLAP, m, groups)
+
+
+def _prefill_overlap(m: int, groups: int) -> bool:
+    return _in_ranges(PREFILL_OVERLAP, m, groups)
 
 
 def tc_config(m: int, groups: int, rows: int, cols: int) -> TcConfig:
@@ -755,7 +768,8 @@ def _check_x(x: torch.Tensor, twin: Twin) -> None:
 
 def _einsum(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None) -> torch.Tensor:
     if weight is None:
-        return prefill(x, twin, batched=_prefill_batched(x.shape[0], x.shape[1]))
+        m, g = x.shape[0], x.shape[1]
+        return prefill(x, twin, batched=_prefill_batched(m, g), overlap=_prefill_overlap(m, g))
     if weight.dtype != torch.bfloat16 or tuple(weight.shape) != tuple(twin.values.shape):
         raise ValueError(f"weight must be bf16 {tuple(twin.values.shape)}, got {weight.dtype} {tuple(weight.shape)}")
     return torch.einsum("tgd,grd->tgr", x, weight).contiguous()
@@ -934,7 +948,7 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
         return y if out is None else out.copy_(y)
     if chosen == "einsum":
         if weight is None:
-            return prefill(x, twin, out, batched=_prefill_batched(m, g))
+            return prefill(x, twin, out, batched=_prefill_batched(m, g), overlap=_prefill_overlap(m, g))
         y = _einsum(x, twin, weight)
         return y if out is None else out.copy_(y)
     if out is None:
