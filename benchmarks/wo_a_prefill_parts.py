@@ -4,9 +4,10 @@
     python benchmarks/wo_a_prefill_parts.py --out parts.json
 
 Per G and M: one group's dequantisation alone, one group's GEMM alone (into the strided y[:, g, :]
-and into a contiguous [M, R]), the per-group, overlapped (side-stream) and batched prefill, the whole
+and into a contiguous [M, R]), the per-group and batched prefill, the whole
 dequantisation of all groups, and the bf16 einsum; CUDA-graph replay over --sets weight sets
-(benchmarks/wo_a_bench.py's method). Needs a CUDA GPU."""
+(benchmarks/wo_a_bench.py's method). Needs a CUDA GPU. The stored run (docs/measurements/wo_a_issue26_prefill_parts.json) also timed the
+overlapped prefill of commit 1064c1f (removed again: slower than the batched form at every M)."""
 from __future__ import annotations
 
 import argparse
@@ -54,7 +55,6 @@ def main() -> int:
                 "mm_one_group_strided": lambda i: torch.mm(xs[i][:, 0, :], w[i][0].t(), out=ys[i][:, 0, :]),
                 "mm_one_group_contiguous": lambda i: torch.mm(xs[i][:, 0, :], w[i][0].t(), out=flat),
                 "prefill_per_group": lambda i: K.prefill(xs[i], twins[i], ys[i]),
-                "prefill_overlap": lambda i: K.prefill(xs[i], twins[i], ys[i], overlap=True),
                 "prefill_batched": lambda i: K.prefill(xs[i], twins[i], ys[i], batched=True),
             }
             line = {"G": g, "M": m}

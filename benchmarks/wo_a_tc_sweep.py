@@ -129,10 +129,10 @@ def choose_tables(rows: list[dict], mid_max_m: int = K.MID_MAX_M, margin: float 
     Above, the baseline is the per-group prefill and the challengers the batched prefill, then a ``tc``
     tiling. Returns {"tc": {G: [[lo, hi, config]]}, "prefill_batched": {G: [[lo, hi or None]]},
     "buckets": {G: [{M, path, us, baseline, baseline_us, einsum_us}]}}."""
-    out: dict = {"tc": {}, "prefill_batched": {}, "prefill_overlap": {}, "buckets": {}}
+    out: dict = {"tc": {}, "prefill_batched": {}, "buckets": {}}
     for g in sorted({r["G"] for r in rows}):
         ms = sorted({r["M"] for r in rows if r["G"] == g})
-        tc, batched, overlap, buckets = [], [], [], []
+        tc, batched, buckets = [], [], []
         for i, m in enumerate(ms):
             lo, hi = (ms[i - 1] + 1 if i else 17), (m if i < len(ms) - 1 else None)
             here = [r for r in rows if r["G"] == g and r["M"] == m and "us" in r]
@@ -165,19 +165,9 @@ def choose_tables(rows: list[dict], mid_max_m: int = K.MID_MAX_M, margin: float 
                 tc.append([lo, hi, best_tc["config"]])
             elif incumbent is not None:
                 tc.append([lo, hi, incumbent])
-            fast_o = [r for r in here if r["path"] == "prefill_overlap" and r["rel_err"] <= 1e-2 and r["written"]
-                      and r["deterministic"]]
-            best_o = min(fast_o, key=lambda r: r["us"], default=None)
-            if best_o is not None and best_o["us"] * (1 + margin) < us:
-                if path == "tc":
-                    tc.pop()
-                if path == "prefill_batched":
-                    batched.pop()
-                path, us = "prefill_overlap", best_o["us"]
-                overlap.append([lo, hi])
             buckets.append({"M": m, "path": path, "us": us, "baseline": base,
                             "baseline_us": None if base_us == float("inf") else base_us, "einsum_us": ein})
-        for ranges in (tc, batched, overlap):  # adjacent buckets with the same choice merge
+        for ranges in (tc, batched):  # adjacent buckets with the same choice merge
             merged = []
             for rng in ranges:
                 if merged and merged[-1][1] is not None and merged[-1][1] + 1 == rng[0] and merged[-1][2:] == rng[2:]:
@@ -186,7 +176,6 @@ def choose_tables(rows: list[dict], mid_max_m: int = K.MID_MAX_M, margin: float 
                     merged.append(list(rng))
             ranges[:] = merged
         out["tc"][g], out["prefill_batched"][g], out["buckets"][g] = tc, batched, buckets
-        out["prefill_overlap"][g] = overlap
     return out
 
 
@@ -280,8 +269,6 @@ def main() -> int:
                 r = timed(lambda i, b=batched, bk=bk: K.prefill(xs[i], twins[i], outs[i], batched=b, block_k=bk))
                 result["rows"].append({**base, "path": "prefill_batched" if batched else "prefill_per_group",
                                        "dequant_block_k": bk, **r})
-            r = timed(lambda i: K.prefill(xs[i], twins[i], outs[i], overlap=True))
-            result["rows"].append({**base, "path": "prefill_overlap", **r})
             best = None
             for c in sweep_candidates(m, groups, sms, args):
                 if time.time() - t0 > args.deadline:
@@ -312,8 +299,7 @@ def main() -> int:
     info["wall_s"] = time.time() - t0
     result["tables"] = choose_tables(result["rows"])
     Path(args.out).write_text(json.dumps(result, separators=(",", ":")))
-    print(json.dumps(result["tables"]["tc"]), json.dumps(result["tables"]["prefill_batched"]),
-          json.dumps(result["tables"]["prefill_overlap"]))
+    print(json.dumps(result["tables"]["tc"]), json.dumps(result["tables"]["prefill_batched"]))
     return 0
 
 

@@ -41,7 +41,6 @@ import triton
 import triton.language as tl
 
 from . import wo_a_gluon as _gluon
-from . import wo_a_prefill as _prefill
 from . import wo_a_tc as _tc
 from .wo_a_gluon import GluonConfig, RingConfig
 from .wo_a_tc import TcConfig, exponent_words, store_tile, tile_origin, token_ptrs, weight_ptrs
@@ -55,7 +54,6 @@ __all__ = [
     "MID_MAX_M",
     "NotTwinnableError",
     "PREFILL_BATCHED",
-    "PREFILL_OVERLAP",
     "SMALL_MAX_M",
     "TC_TABLE",
     "TcConfig",
@@ -547,8 +545,6 @@ def select_path(m: int, groups: int, device: torch.device | str = "cuda") -> str
         return "gluon"
     if m <= _wide_max_m(groups, device) and _gluon.available(device) and not _failed("wide", device):
         return "wide"
-    if device.type == "cuda" and _prefill_overlap(m, groups):
-        return "einsum"  # without the weight: the overlapped prefill (PREFILL_OVERLAP)
     if _tc_entry(m, groups) is not None and not _failed("tc", device):
         return "tc"
     if _failed("mid", device):
@@ -608,31 +604,31 @@ G=2 48 rows within the sweep's noise), so mid serves 33..192 rows. Chosen by
 
 
 # Issue 26, the tc path (kernels/wo_a_tc.py): per group count (other G: the G=4 entry), inclusive M ranges
-# served by one tensor-core tile launch, and its tiling. Chosen by benchmarks/wo_a_tc_sweep.py --tma
-# (choose_tables, from docs/measurements/wo_a_issue26_tc_sweep_tma.json; H200, 8 rotated weight sets): a
-# range goes to tc only where its best tiling beat mid by more than 5%; a range already on tc takes its best
-# tiling. The scale multiply runs in fp32 (e4m3 -> fp32 -> bf16; round 4: e4m3 -> bf16 goes through f16 on
-# the conversion pipe). ``tma``: the weight and x tiles come through tensor descriptors (the bulk tensor
-# copy engine); x that a descriptor cannot read (strides not multiples of 8 elements, base not 16-byte
-# aligned) runs the same tiling without them. G=2: 33..64 rows 11.0-11.1 us with descriptors (11.2-11.3
-# without), 97..128 14.9, 129..192 18.2; G=4: 33..64 15.1, 97..128 21.2 with descriptors (mid 22.5),
-# 129..192 29.6; 65..96 stays on mid (G=4: tc 21.3 vs mid 22.3, within 5%).
+# served by one tensor-core tile launch, and its tiling. Chosen by benchmarks/wo_a_tc_sweep.py --big
+# (choose_tables, from docs/measurements/wo_a_issue26_tc_sweep_big.json; H200, 8 rotated weight sets): a
+# range leaves mid for tc only where its best tiling beat mid by more than 5%; a range already on tc keeps
+# its tiling (timed in the same run) unless a new one beats it by more than 5% (none did). The incumbent
+# tilings came from the --tma sweep (wo_a_issue26_tc_sweep_tma.json). The scale multiply runs in fp32
+# (e4m3 -> fp32 -> bf16; round 4: e4m3 -> bf16 goes through f16 on the conversion pipe). ``tma``: the
+# weight and x tiles come through tensor descriptors (the bulk tensor copy engine); x that a descriptor
+# cannot read (strides not multiples of 8 elements, base not 16-byte aligned) runs the same tiling without
+# them. G=2: 33..64 rows 11.1 us, 97..128 14.9, 129..192 18.3, 65..96 stays on mid (15.3; best tc 15.7);
+# G=4: 33..64 15.1-15.2, 65..96 20.9 (mid 22.3; the --big sweep's first run: 21.0 vs 22.3), 97..128 21.3,
+# 129..192 29.4.
 TC_TABLE: dict[int, tuple[tuple[int, int, TcConfig], ...]] = {
     2: ((33, 64, TcConfig(64, 32, 128, 4, 4, 4, w_as_a=False, bf16_scale=False, tma=True)),
         (97, 128, TcConfig(64, 64, 128, 4, 4, 3, w_as_a=False, bf16_scale=False)),
         (129, 192, TcConfig(64, 64, 128, 4, 4, 3, w_as_a=True, bf16_scale=False))),
     4: ((33, 64, TcConfig(64, 64, 128, 4, 4, 3, w_as_a=False, bf16_scale=False)),
+        (65, 96, TcConfig(128, 64, 128, 4, 4, 3, w_as_a=False, bf16_scale=False, tma=True)),
         (97, 128, TcConfig(128, 64, 128, 4, 8, 3, w_as_a=False, bf16_scale=False, tma=True)),
         (129, 192, TcConfig(64, 64, 128, 2, 4, 3, w_as_a=True, bf16_scale=False))),
 }
 # Prefill without the bf16 weight (the einsum path, weight=None): inclusive M ranges (None: no upper end)
 # where all groups are dequantised in one launch into a [G, R, D] scratch freed with the call and one
-# batched GEMM runs, instead of one group at a time (same sweep; H200): G=2 193..512 rows (25.85 us vs
-# 30.17), G=4 from 193 rows on (512: 44.43 vs 62.90; 1024: 69.30 vs 74.20). G=2 at 1024 rows: within 3%.
+# batched GEMM runs, instead of one group at a time (same sweep; H200): G=2 193..512 rows (26.08 us vs
+# 32.00), G=4 from 193 rows on (512: 44.40 vs 60.78; 1024: 67.91 vs 73.80). G=2 at 1024 rows: within 1%.
 PREFILL_BATCHED: dict[int, tuple[tuple[int, int | None], ...]] = {2: ((193, 512),), 4: ((193, None),)}
-# Rows (same form; before TC_TABLE and PREFILL_BATCHED) that run the overlapped prefill without the weight:
-# the next group dequantised on a side stream behind this group's GEMM (kernels/wo_a_prefill.py).
-PREFILL_OVERLAP: dict[int, tuple[tuple[int, int | None], ...]] = {}
 
 
 def _tc_entry(m: int, groups: int) -> TcConfig | None:
@@ -640,16 +636,9 @@ def _tc_entry(m: int, groups: int) -> TcConfig | None:
     return next((c for lo, hi, c in table if lo <= m <= hi), None)
 
 
-def _in_ranges(table: dict, m: int, groups: int) -> bool:
-    return any(lo <= m and (hi is None or m <= hi) for lo, hi in table.get(groups, table.get(4, ())))
-
-
 def _prefill_batched(m: int, groups: int) -> bool:
-    return _in_ranges(PREFILL_BATCHED, m, groups) and not _in_ranges(PREFILL_OVERLAP, m, groups)
-
-
-def _prefill_overlap(m: int, groups: int) -> bool:
-    return _in_ranges(PREFILL_OVERLAP, m, groups)
+    ranges = PREFILL_BATCHED.get(groups, PREFILL_BATCHED.get(4, ()))
+    return any(lo <= m and (hi is None or m <= hi) for lo, hi in ranges)
 
 
 def tc_config(m: int, groups: int, rows: int, cols: int) -> TcConfig:
@@ -768,8 +757,7 @@ def _check_x(x: torch.Tensor, twin: Twin) -> None:
 
 def _einsum(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None) -> torch.Tensor:
     if weight is None:
-        m, g = x.shape[0], x.shape[1]
-        return prefill(x, twin, batched=_prefill_batched(m, g), overlap=_prefill_overlap(m, g))
+        return prefill(x, twin, batched=_prefill_batched(x.shape[0], x.shape[1]))
     if weight.dtype != torch.bfloat16 or tuple(weight.shape) != tuple(twin.values.shape):
         raise ValueError(f"weight must be bf16 {tuple(twin.values.shape)}, got {weight.dtype} {tuple(weight.shape)}")
     return torch.einsum("tgd,grd->tgr", x, weight).contiguous()
@@ -817,18 +805,13 @@ def _dequantize_rows(values: torch.Tensor, exponents: torch.Tensor, out: torch.T
 
 
 def prefill(x: torch.Tensor, twin: Twin, out: torch.Tensor | None = None, *, batched: bool = False,
-            block_k: int = 128, overlap: bool = False) -> torch.Tensor:
+            block_k: int = 128) -> torch.Tensor:
     """y from the twin alone through a bf16 scratch and cuBLAS (never a bf16 copy kept past the call).
 
     ``batched=False``: per group, dequantise into one ``[R, D]`` scratch and multiply straight into
-    ``y[:, g, :]``; with ``overlap`` (CUDA) the next group's dequantisation runs on a side stream during
-    this group's GEMM (two scratches, :mod:`kernels.wo_a_prefill`; the same bits). ``batched=True``: all
-    groups in one dequantise launch into a ``[G, R, D]`` scratch freed with the call, then one batched
-    GEMM (the einsum's own), copied into ``out`` if given."""
+    ``y[:, g, :]``. ``batched=True``: all groups in one dequantise launch into a ``[G, R, D]`` scratch
+    freed with the call, then one batched GEMM (the einsum's own), copied into ``out`` if given."""
     m, g, _ = x.shape
-    if overlap and not batched and x.device.type == "cuda":
-        y = out if out is not None else torch.empty((m, g, twin.rows), dtype=torch.bfloat16, device=x.device)
-        return _prefill.overlapped(x, y, twin.rows, twin.cols, lambda gi, buf: dequantize_group(twin, gi, buf))
     if batched and x.device.type == "cuda":
         scratch = torch.empty((g, twin.rows, twin.cols), dtype=torch.bfloat16, device=x.device)
         _dequantize_rows(twin.values.view(g * twin.rows, twin.cols), twin.exponents.view(-1, twin.cols // BLOCK),
@@ -948,7 +931,7 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
         return y if out is None else out.copy_(y)
     if chosen == "einsum":
         if weight is None:
-            return prefill(x, twin, out, batched=_prefill_batched(m, g), overlap=_prefill_overlap(m, g))
+            return prefill(x, twin, out, batched=_prefill_batched(m, g))
         y = _einsum(x, twin, weight)
         return y if out is None else out.copy_(y)
     if out is None:

@@ -34,7 +34,7 @@ GPU = torch.cuda.is_available() and not INTERPRET
 DEVICE = "cuda" if GPU else "cpu"
 needs_kernels = pytest.mark.skipif(not (GPU or INTERPRET), reason="no CUDA device and TRITON_INTERPRET is not set")
 needs_gpu = pytest.mark.skipif(not GPU, reason="full shapes need a CUDA GPU")
-SWEEP = ROOT / "docs" / "measurements" / "wo_a_issue26_tc_sweep_tma.json"
+SWEEP = ROOT / "docs" / "measurements" / "wo_a_issue26_tc_sweep_big.json"
 
 R_SMALL, D_SMALL = 64, 512  # two row blocks, 16 column blocks: split-K up to 4 with 128-wide K tiles
 
@@ -153,7 +153,8 @@ def test_tables_from_the_h200_sweep():
     for g, buckets in tables["buckets"].items():
         for b in buckets:  # a bucket only leaves its baseline (wide/mid, per-group prefill) for a > 5% gain
             assert b["baseline_us"] is None or b["us"] == b["baseline_us"] or b["us"] * 1.05 < b["baseline_us"], b
-            assert b["path"] != "tc" or b["baseline_us"] is None or b["baseline"] == "mid", b
+            # tc replaces mid, or keeps a tc bucket whose installed tiling was timed in the same run
+            assert b["path"] != "tc" or b["baseline_us"] is None or b["baseline"] in ("mid", "tc"), b
 
 
 @needs_kernels
@@ -224,25 +225,3 @@ def test_batched_prefill_full_shape(groups, m, gen):
     assert K._prefill_batched(m, groups)  # every case above is in the table: the dispatcher runs it
     assert torch.equal(bits(K.wo_a(x, twin)), bits(y))
 
-
-@needs_gpu
-@pytest.mark.parametrize("groups, m", [(2, 192), (4, 1024), (3, 77)])
-def test_overlapped_prefill_equals_per_group_and_replays(groups, m, gen):
-    """The side-stream prefill is bit for bit the per-group form (same kernels, same order per group),
-    writes every output, and replays as a CUDA graph (fork and join of the side stream) to the same bits."""
-    twin = random_twin(groups, 1024, 4096, gen)
-    x = _x(m, groups, 4096, gen, m % 2 == 1)
-    want = torch.full((m, groups, 1024), float("nan"), dtype=torch.bfloat16, device=DEVICE)
-    K.prefill(x, twin, want)
-    y = torch.full_like(want, float("nan"))
-    K.prefill(x, twin, y, overlap=True)
-    assert torch.equal(bits(y), bits(want))
-    assert_close_to_fp64(y, x, K.dequantize(twin), gen.initial_seed())
-    y.fill_(float("nan"))
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        K.prefill(x, twin, y, overlap=True)
-    graph.replay()
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(bits(y), bits(want))
