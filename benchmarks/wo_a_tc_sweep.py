@@ -82,6 +82,43 @@ def tma_candidates(m: int, groups: int, sms: int = 132) -> list[T.TcConfig]:
     return base + [replace(c, tma=True, num_stages=st) for c in base for st in (3, 4)]
 
 
+def big_candidates(m: int, groups: int, sms: int = 132, smem: int = 200 * 1024) -> list[T.TcConfig]:
+    """Fourth session (issue 26, roofline-led): one token tile for all M up to 192 rows (each weight tile
+    read and decoded once for every token), 64/128 weight rows per program, 128/256-wide K tiles, 3-4
+    stages (2-3 for prefill), split-K for 1/2..4 programs per SM, W as the register A operand (no shared-memory round trip
+    of the decoded tile) or x as A, with and without descriptors; for prefill 128/256 x 128/256 tiles at
+    8 warps. Tilings whose staged tiles exceed ``smem`` or whose fp32 accumulator exceeds 128 registers
+    per thread are left out (they spill or do not compile)."""
+    out = []
+    if m <= 32:
+        return out  # the wide ring's rows: the einsum and the dispatcher are timed, no tc tiling
+    if m <= 192:
+        bts, brs, bks, stages_all = [max(16, _p2(m))], (64, 128), (128, 256), (3, 4)
+    else:
+        bts, brs, bks, stages_all = [128, 256], (128, 256), (128,), (2, 3)
+    for bt, br, bk, w_as_a, tma in itertools.product(bts, brs, bks, (True, False), (False, True)):
+        for warps in ((4, 8) if br == 64 else (8,)):
+            if bt * br > 4096 * warps:
+                continue
+            tiles = -(-m // bt) * groups * (R // br)
+            splits = [s for s in (1, 2, 4, 8, 16) if D % (bk * s) == 0 and sms // 2 <= tiles * s <= 4 * sms]
+            splits = splits or [1]
+            for split, stages in itertools.product(splits[:2], stages_all):
+                staged = stages * (br * bk + 2 * bt * bk) + (0 if w_as_a else 2 * br * bk)
+                if staged > smem:
+                    continue
+                c = T.TcConfig(bt, br, bk, split, warps, stages, w_as_a=w_as_a, bf16_scale=False, tma=tma)
+                if c.fits(R, D):
+                    out.append(c)
+    return out
+
+
+def sweep_candidates(m: int, groups: int, sms: int, args) -> list[T.TcConfig]:
+    if args.big:
+        return big_candidates(m, groups, sms)
+    return tma_candidates(m, groups, sms) if args.tma else candidates(m, groups, sms, args.narrow)
+
+
 def choose_tables(rows: list[dict], mid_max_m: int = K.MID_MAX_M, margin: float = 0.05) -> dict:
     """The dispatcher's ``TC_TABLE`` and ``PREFILL_BATCHED`` from the sweep's rows. Per G and swept M (a
     bucket from the previous swept M + 1 up to this M; the last bucket has no upper end) a challenger
@@ -102,10 +139,14 @@ def choose_tables(rows: list[dict], mid_max_m: int = K.MID_MAX_M, margin: float 
             ein = next(r for r in here if r["path"] == "einsum_bf16")["us"]
             ok_tc = [r for r in here if r["path"] == "tc" and r.get("ok")]
             best_tc = min(ok_tc, key=lambda r: r["us"], default=None)
+            incumbent = None
             if m <= mid_max_m:
                 now = next(r for r in here if r["path"] == "dispatcher_no_weight")
                 base, base_us = now.get("chosen"), now["us"]
-                if base == "tc":
+                if base == "tc" and "tc_config" in now:
+                    # the installed tiling, timed in this run: a challenger must beat it by the margin
+                    incumbent = now["tc_config"]
+                elif base == "tc":
                     base_us = float("inf")  # no other path timed here: tc stays (an earlier sweep chose it)
             else:
                 per_group = next(r for r in here if r["path"] == "prefill_per_group")
@@ -122,6 +163,8 @@ def choose_tables(rows: list[dict], mid_max_m: int = K.MID_MAX_M, margin: float 
                     batched.pop()
                 path, us = "tc", best_tc["us"]
                 tc.append([lo, hi, best_tc["config"]])
+            elif incumbent is not None:
+                tc.append([lo, hi, incumbent])
             buckets.append({"M": m, "path": path, "us": us, "baseline": base,
                             "baseline_us": None if base_us == float("inf") else base_us, "einsum_us": ein})
         for ranges in (tc, batched):  # adjacent buckets with the same choice merge
@@ -167,6 +210,7 @@ def main() -> int:
     ap.add_argument("--deadline", type=float, default=420.0)
     ap.add_argument("--narrow", action="store_true", help="the narrowed candidates, bf16 and fp32 scale multiply")
     ap.add_argument("--tma", action="store_true", help="the narrowed fp32-scale candidates with and without descriptors")
+    ap.add_argument("--big", action="store_true", help="one token tile up to 192 rows, deep pipelines, prefill tiles")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     t0 = time.time()
@@ -178,7 +222,7 @@ def main() -> int:
     sms = info["sms"]
     tasks, seen = [], set()
     for g, m in itertools.product(args.groups, args.ms):
-        for c in (tma_candidates(m, g, sms) if args.tma else candidates(m, g, sms, args.narrow)):
+        for c in sweep_candidates(m, g, sms, args):
             if compile_key(c) not in seen:
                 seen.add(compile_key(c))
                 tasks.append((g, m, asdict(c)))
@@ -218,13 +262,15 @@ def main() -> int:
             ein = timed(lambda i: torch.einsum("tgd,grd->tgr", xs[i], w_bf16[i]))
             result["rows"].append({**base, "path": "einsum_bf16", **ein})
             now = timed(lambda i: K.wo_a(xs[i], twins[i], out=outs[i]))
-            result["rows"].append({**base, "path": "dispatcher_no_weight", "chosen": K.select_path(m, groups), **now})
+            chosen = K.select_path(m, groups)
+            extra = {"tc_config": asdict(K.tc_config(m, groups, R, D))} if chosen == "tc" else {}
+            result["rows"].append({**base, "path": "dispatcher_no_weight", "chosen": chosen, **extra, **now})
             for batched, bk in ((False, 128), (True, 128), (True, 512)):
                 r = timed(lambda i, b=batched, bk=bk: K.prefill(xs[i], twins[i], outs[i], batched=b, block_k=bk))
                 result["rows"].append({**base, "path": "prefill_batched" if batched else "prefill_per_group",
                                        "dequant_block_k": bk, **r})
             best = None
-            for c in (tma_candidates(m, groups, sms) if args.tma else candidates(m, groups, sms, args.narrow)):
+            for c in sweep_candidates(m, groups, sms, args):
                 if time.time() - t0 > args.deadline:
                     result["cut_at_deadline"] = True
                     break

@@ -95,6 +95,65 @@ def store_tile(acc, y_ptr, ws_ptr, sem_ptr, M, split_k, stride_ym, stride_yg, g,
         tl.store(y_ptrs, acc.to(tl.bfloat16), mask=y_mask)
 
 
+@triton.jit
+def decode_tile(w8, words, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, BF16_SCALE: tl.constexpr,
+                INTERPRET: tl.constexpr):
+    """The bf16 weight tile [BLOCK_R, BLOCK_K] from its e4m3 values and its exponent words [BLOCK_R,
+    BLOCK_K / 128]: the tile is viewed as [BLOCK_R, BLOCK_K / 32, 32] so each 32-wide K block meets its
+    power-of-two scale by broadcast (exact either way: docs/reference.md section 5)."""
+    NKB: tl.constexpr = BLOCK_K // 32
+    shifts = tl.arange(0, 4)[None, None, :] * 8
+    ex = tl.reshape((words[:, :, None] >> shifts) & 0xFF, [BLOCK_R, NKB])
+    if BF16_SCALE and not INTERPRET:
+        # 2**(e - 127) as bf16 bits (e << 7): one bf16 multiply per weight, exact
+        scale = (ex << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
+        wd = tl.reshape(tl.reshape(w8.to(tl.bfloat16), [BLOCK_R, NKB, 32]) * scale[:, :, None],
+                        [BLOCK_R, BLOCK_K])
+    else:
+        # e4m3 -> fp32 -> bf16 (not the conversion pipe's e4m3 -> f16 -> bf16); the interpreter's bf16
+        # arithmetic is unreliable, and fp32 holds every product exactly
+        scale = (ex << 23).to(tl.float32, bitcast=True)
+        wd = tl.reshape(tl.reshape(w8.to(tl.float32), [BLOCK_R, NKB, 32]) * scale[:, :, None],
+                        [BLOCK_R, BLOCK_K]).to(tl.bfloat16)
+    return wd
+
+
+@triton.jit
+def mma_step(acc, wd, xt, W_AS_A: tl.constexpr, INTERPRET: tl.constexpr):
+    """acc += wd @ xt^T (``W_AS_A``: acc is [R, T]) or xt @ wd^T (acc is [T, R]), fp32 accumulation."""
+    if INTERPRET:
+        # the CPU interpreter's dot is wrong on bf16 operands; these values are exact in fp32
+        if W_AS_A:
+            acc += tl.dot(wd.to(tl.float32), tl.trans(xt.to(tl.float32)), input_precision="ieee")
+        else:
+            acc += tl.dot(xt.to(tl.float32), tl.trans(wd.to(tl.float32)), input_precision="ieee")
+    elif W_AS_A:
+        acc = tl.dot(wd, tl.trans(xt), acc)
+    else:
+        acc = tl.dot(xt, tl.trans(wd), acc)
+    return acc
+
+
+@triton.jit
+def zero_acc(BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr, W_AS_A: tl.constexpr):
+    if W_AS_A:
+        acc = tl.zeros([BLOCK_R, BLOCK_T], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_T, BLOCK_R], dtype=tl.float32)
+    return acc
+
+
+@triton.jit
+def finish_tile(acc, y_ptr, ws_ptr, sem_ptr, M, split_k, stride_ym, stride_yg, g, r0, offs_t, pid_gr, pid_t, pid_k,
+                BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr, W_AS_A: tl.constexpr, USE_SPLIT: tl.constexpr,
+                SPLIT: tl.constexpr):
+    """The tc kernels' epilogue: the accumulator as [R, T], then :func:`store_tile`."""
+    if not W_AS_A:
+        acc = tl.trans(acc)
+    store_tile(acc, y_ptr, ws_ptr, sem_ptr, M, split_k, stride_ym, stride_yg, g, r0, offs_t, pid_gr, pid_t, pid_k,
+               BLOCK_T, BLOCK_R, USE_SPLIT, SPLIT)
+
+
 @triton.jit(do_not_specialize=["M"])
 def _tc_kernel(
     x_ptr, w_ptr, e_ptr, y_ptr, ws_ptr, sem_ptr,
@@ -104,7 +163,6 @@ def _tc_kernel(
     W_AS_A: tl.constexpr, BF16_SCALE: tl.constexpr, USE_SPLIT: tl.constexpr, SPLIT: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
-    NKB: tl.constexpr = BLOCK_K // 32
     NW: tl.constexpr = BLOCK_K // 128
     pid_t = tl.program_id(0)
     pid_gr = tl.program_id(1)
@@ -119,45 +177,18 @@ def _tc_kernel(
     t_mask = offs_t[:, None] < M
     # the exponent words of each row's 32-row block: [BLOCK_R, NW], four K blocks per word
     e_ptrs = exponent_words(e_ptr, g, offs_r, R, D, k0)[:, None] + tl.arange(0, NW)[None, :]
-    shifts = tl.arange(0, 4)[None, None, :] * 8
 
-    if W_AS_A:
-        acc = tl.zeros([BLOCK_R, BLOCK_T], dtype=tl.float32)
-    else:
-        acc = tl.zeros([BLOCK_T, BLOCK_R], dtype=tl.float32)
+    acc = zero_acc(BLOCK_T, BLOCK_R, W_AS_A)
     for _ in range(0, k_per_split, BLOCK_K):
         w8 = tl.load(w_ptrs)
         words = tl.load(e_ptrs)
         xt = tl.load(x_ptrs, mask=t_mask, other=0.0)
-        ex = tl.reshape((words[:, :, None] >> shifts) & 0xFF, [BLOCK_R, NKB])
-        if BF16_SCALE and not INTERPRET:
-            # 2**(e - 127) as bf16 bits (e << 7): one bf16 multiply per weight, exact
-            scale = (ex << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
-            wd = tl.reshape(tl.reshape(w8.to(tl.bfloat16), [BLOCK_R, NKB, 32]) * scale[:, :, None],
-                            [BLOCK_R, BLOCK_K])
-        else:
-            # the interpreter's bf16 arithmetic is unreliable; fp32 holds every product exactly
-            scale = (ex << 23).to(tl.float32, bitcast=True)
-            wd = tl.reshape(tl.reshape(w8.to(tl.float32), [BLOCK_R, NKB, 32]) * scale[:, :, None],
-                            [BLOCK_R, BLOCK_K]).to(tl.bfloat16)
-        if INTERPRET:
-            # the CPU interpreter's dot is wrong on bf16 operands; these values are exact in fp32
-            if W_AS_A:
-                acc += tl.dot(wd.to(tl.float32), tl.trans(xt.to(tl.float32)), input_precision="ieee")
-            else:
-                acc += tl.dot(xt.to(tl.float32), tl.trans(wd.to(tl.float32)), input_precision="ieee")
-        elif W_AS_A:
-            acc = tl.dot(wd, tl.trans(xt), acc)
-        else:
-            acc = tl.dot(xt, tl.trans(wd), acc)
+        acc = mma_step(acc, decode_tile(w8, words, BLOCK_R, BLOCK_K, BF16_SCALE, INTERPRET), xt, W_AS_A, INTERPRET)
         w_ptrs += BLOCK_K
         x_ptrs += BLOCK_K
         e_ptrs += NW
-
-    if not W_AS_A:
-        acc = tl.trans(acc)
-    store_tile(acc, y_ptr, ws_ptr, sem_ptr, M, split_k, stride_ym, stride_yg, g, r0, offs_t, pid_gr, pid_t, pid_k,
-               BLOCK_T, BLOCK_R, USE_SPLIT, SPLIT)
+    finish_tile(acc, y_ptr, ws_ptr, sem_ptr, M, split_k, stride_ym, stride_yg, g, r0, offs_t, pid_gr, pid_t, pid_k,
+                BLOCK_T, BLOCK_R, W_AS_A, USE_SPLIT, SPLIT)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -170,8 +201,7 @@ def _tc_tma_kernel(
 ):
     """:func:`_tc_kernel` (fp32 scale multiply) with the weight tile and the x tile loaded by the bulk
     tensor copy engine (host tensor descriptors: w as [G*R, D], x as [M, G, D]; tokens past M read as
-    zeros) instead of per-thread cp.async addresses."""
-    NKB: tl.constexpr = BLOCK_K // 32
+    zeros) instead of per-thread cp.async addresses; the decode, the dot and the epilogue are shared."""
     NW: tl.constexpr = BLOCK_K // 128
     pid_t = tl.program_id(0)
     pid_gr = tl.program_id(1)
@@ -180,35 +210,16 @@ def _tc_tma_kernel(
     offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     offs_r = r0 + tl.arange(0, BLOCK_R)
     e_ptrs = exponent_words(e_ptr, g, offs_r, R, D, k0)[:, None] + tl.arange(0, NW)[None, :]
-    shifts = tl.arange(0, 4)[None, None, :] * 8
 
-    if W_AS_A:
-        acc = tl.zeros([BLOCK_R, BLOCK_T], dtype=tl.float32)
-    else:
-        acc = tl.zeros([BLOCK_T, BLOCK_R], dtype=tl.float32)
+    acc = zero_acc(BLOCK_T, BLOCK_R, W_AS_A)
     for kk in range(0, k_per_split, BLOCK_K):
         w8 = w_desc.load([g * R + r0, k0 + kk])
         xt = tl.reshape(x_desc.load([pid_t * BLOCK_T, g, k0 + kk]), [BLOCK_T, BLOCK_K])
         words = tl.load(e_ptrs)
-        ex = tl.reshape((words[:, :, None] >> shifts) & 0xFF, [BLOCK_R, NKB])
-        scale = (ex << 23).to(tl.float32, bitcast=True)
-        wd = tl.reshape(tl.reshape(w8.to(tl.float32), [BLOCK_R, NKB, 32]) * scale[:, :, None],
-                        [BLOCK_R, BLOCK_K]).to(tl.bfloat16)
-        if INTERPRET:
-            if W_AS_A:
-                acc += tl.dot(wd.to(tl.float32), tl.trans(xt.to(tl.float32)), input_precision="ieee")
-            else:
-                acc += tl.dot(xt.to(tl.float32), tl.trans(wd.to(tl.float32)), input_precision="ieee")
-        elif W_AS_A:
-            acc = tl.dot(wd, tl.trans(xt), acc)
-        else:
-            acc = tl.dot(xt, tl.trans(wd), acc)
+        acc = mma_step(acc, decode_tile(w8, words, BLOCK_R, BLOCK_K, False, INTERPRET), xt, W_AS_A, INTERPRET)
         e_ptrs += NW
-
-    if not W_AS_A:
-        acc = tl.trans(acc)
-    store_tile(acc, y_ptr, ws_ptr, sem_ptr, M, split_k, stride_ym, stride_yg, g, r0, offs_t, pid_gr, pid_t, pid_k,
-               BLOCK_T, BLOCK_R, USE_SPLIT, SPLIT)
+    finish_tile(acc, y_ptr, ws_ptr, sem_ptr, M, split_k, stride_ym, stride_yg, g, r0, offs_t, pid_gr, pid_t, pid_k,
+                BLOCK_T, BLOCK_R, W_AS_A, USE_SPLIT, SPLIT)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -236,10 +247,7 @@ def _tc_sub_kernel(
     t_mask = offs_t[:, None] < M
     e_ptrs = exponent_words(e_ptr, g, offs_r, R, D, k0)[:, None]
 
-    if W_AS_A:
-        acc = tl.zeros([BLOCK_R, BLOCK_T], dtype=tl.float32)
-    else:
-        acc = tl.zeros([BLOCK_T, BLOCK_R], dtype=tl.float32)
+    acc = zero_acc(BLOCK_T, BLOCK_R, W_AS_A)
     for _ in range(0, k_per_split, BLOCK_K):
         for wi in tl.static_range(NW):
             word = tl.load(e_ptrs + wi)
@@ -252,23 +260,12 @@ def _tc_sub_kernel(
                     wd = w8.to(tl.bfloat16) * (ex << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
                 else:
                     wd = (w8.to(tl.float32) * (ex << 23).to(tl.float32, bitcast=True)).to(tl.bfloat16)
-                if INTERPRET:
-                    if W_AS_A:
-                        acc += tl.dot(wd.to(tl.float32), tl.trans(xt.to(tl.float32)), input_precision="ieee")
-                    else:
-                        acc += tl.dot(xt.to(tl.float32), tl.trans(wd.to(tl.float32)), input_precision="ieee")
-                elif W_AS_A:
-                    acc = tl.dot(wd, tl.trans(xt), acc)
-                else:
-                    acc = tl.dot(xt, tl.trans(wd), acc)
+                acc = mma_step(acc, wd, xt, W_AS_A, INTERPRET)
         w_ptrs += BLOCK_K
         x_ptrs += BLOCK_K
         e_ptrs += NW
-
-    if not W_AS_A:
-        acc = tl.trans(acc)
-    store_tile(acc, y_ptr, ws_ptr, sem_ptr, M, split_k, stride_ym, stride_yg, g, r0, offs_t, pid_gr, pid_t, pid_k,
-               BLOCK_T, BLOCK_R, USE_SPLIT, SPLIT)
+    finish_tile(acc, y_ptr, ws_ptr, sem_ptr, M, split_k, stride_ym, stride_yg, g, r0, offs_t, pid_gr, pid_t, pid_k,
+                BLOCK_T, BLOCK_R, W_AS_A, USE_SPLIT, SPLIT)
 
 
 @dataclass(frozen=True)

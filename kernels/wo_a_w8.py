@@ -604,27 +604,30 @@ G=2 48 rows within the sweep's noise), so mid serves 33..192 rows. Chosen by
 
 
 # Issue 26, the tc path (kernels/wo_a_tc.py): per group count (other G: the G=4 entry), inclusive M ranges
-# served by one tensor-core tile launch, and its tiling. Chosen by benchmarks/wo_a_tc_sweep.py --tma
-# (choose_tables, from docs/measurements/wo_a_issue26_tc_sweep_tma.json; H200, 8 rotated weight sets): a
-# range goes to tc only where its best tiling beat mid by more than 5%; a range already on tc takes its best
-# tiling. The scale multiply runs in fp32 (e4m3 -> fp32 -> bf16; round 4: e4m3 -> bf16 goes through f16 on
-# the conversion pipe). ``tma``: the weight and x tiles come through tensor descriptors (the bulk tensor
-# copy engine); x that a descriptor cannot read (strides not multiples of 8 elements, base not 16-byte
-# aligned) runs the same tiling without them. G=2: 33..64 rows 11.0-11.1 us with descriptors (11.2-11.3
-# without), 97..128 14.9, 129..192 18.2; G=4: 33..64 15.1, 97..128 21.2 with descriptors (mid 22.5),
-# 129..192 29.6; 65..96 stays on mid (G=4: tc 21.3 vs mid 22.3, within 5%).
+# served by one tensor-core tile launch, and its tiling. Chosen by benchmarks/wo_a_tc_sweep.py --big
+# (choose_tables, from docs/measurements/wo_a_issue26_tc_sweep_big.json; H200, 8 rotated weight sets): a
+# range leaves mid for tc only where its best tiling beat mid by more than 5%; a range already on tc keeps
+# its tiling (timed in the same run) unless a new one beats it by more than 5% (none did). The incumbent
+# tilings came from the --tma sweep (wo_a_issue26_tc_sweep_tma.json). The scale multiply runs in fp32
+# (e4m3 -> fp32 -> bf16; round 4: e4m3 -> bf16 goes through f16 on the conversion pipe). ``tma``: the
+# weight and x tiles come through tensor descriptors (the bulk tensor copy engine); x that a descriptor
+# cannot read (strides not multiples of 8 elements, base not 16-byte aligned) runs the same tiling without
+# them. G=2: 33..64 rows 11.1 us, 97..128 14.9, 129..192 18.3, 65..96 stays on mid (15.3; best tc 15.7);
+# G=4: 33..64 15.1-15.2, 65..96 20.9 (mid 22.3; the --big sweep's first run: 21.0 vs 22.3), 97..128 21.3,
+# 129..192 29.4.
 TC_TABLE: dict[int, tuple[tuple[int, int, TcConfig], ...]] = {
     2: ((33, 64, TcConfig(64, 32, 128, 4, 4, 4, w_as_a=False, bf16_scale=False, tma=True)),
         (97, 128, TcConfig(64, 64, 128, 4, 4, 3, w_as_a=False, bf16_scale=False)),
         (129, 192, TcConfig(64, 64, 128, 4, 4, 3, w_as_a=True, bf16_scale=False))),
     4: ((33, 64, TcConfig(64, 64, 128, 4, 4, 3, w_as_a=False, bf16_scale=False)),
+        (65, 96, TcConfig(128, 64, 128, 4, 4, 3, w_as_a=False, bf16_scale=False, tma=True)),
         (97, 128, TcConfig(128, 64, 128, 4, 8, 3, w_as_a=False, bf16_scale=False, tma=True)),
         (129, 192, TcConfig(64, 64, 128, 2, 4, 3, w_as_a=True, bf16_scale=False))),
 }
 # Prefill without the bf16 weight (the einsum path, weight=None): inclusive M ranges (None: no upper end)
 # where all groups are dequantised in one launch into a [G, R, D] scratch freed with the call and one
-# batched GEMM runs, instead of one group at a time (same sweep; H200): G=2 193..512 rows (25.85 us vs
-# 30.17), G=4 from 193 rows on (512: 44.43 vs 62.90; 1024: 69.30 vs 74.20). G=2 at 1024 rows: within 3%.
+# batched GEMM runs, instead of one group at a time (same sweep; H200): G=2 193..512 rows (26.08 us vs
+# 32.00), G=4 from 193 rows on (512: 44.40 vs 60.78; 1024: 67.91 vs 73.80). G=2 at 1024 rows: within 1%.
 PREFILL_BATCHED: dict[int, tuple[tuple[int, int | None], ...]] = {2: ((193, 512),), 4: ((193, None),)}
 
 

@@ -260,7 +260,7 @@ def test_dispatcher_chooses_gluon_up_to_16_rows(monkeypatch):
     monkeypatch.setattr(K, "WIDE_MAX_M", {})  # no wide path: mid from 17 rows
     assert [K.select_path(m, 4, "cuda") for m in (16, 17)] == ["gluon", "mid"]
     monkeypatch.setattr(K, "WIDE_MAX_M", {4: 64, 2: 32})  # issue 26: the wide path up to its measured M
-    assert [K.select_path(m, 4, "cuda") for m in (16, 17, 64, 65, 193)] == ["gluon", "wide", "wide", "mid", "einsum"]
+    assert [K.select_path(m, 4, "cuda") for m in (16, 17, 64, 65, 193)] == ["gluon", "wide", "wide", "tc", "einsum"]
     assert [K.select_path(m, 2, "cuda") for m in (32, 33, 65)] == ["wide", "tc", "mid"]
     assert K.select_path(40, 3, "cuda") == "wide"  # other G: the G=4 entry
 

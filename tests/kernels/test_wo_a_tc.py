@@ -34,7 +34,7 @@ GPU = torch.cuda.is_available() and not INTERPRET
 DEVICE = "cuda" if GPU else "cpu"
 needs_kernels = pytest.mark.skipif(not (GPU or INTERPRET), reason="no CUDA device and TRITON_INTERPRET is not set")
 needs_gpu = pytest.mark.skipif(not GPU, reason="full shapes need a CUDA GPU")
-SWEEP = ROOT / "docs" / "measurements" / "wo_a_issue26_tc_sweep_tma.json"
+SWEEP = ROOT / "docs" / "measurements" / "wo_a_issue26_tc_sweep_big.json"
 
 R_SMALL, D_SMALL = 64, 512  # two row blocks, 16 column blocks: split-K up to 4 with 128-wide K tiles
 
@@ -153,7 +153,8 @@ def test_tables_from_the_h200_sweep():
     for g, buckets in tables["buckets"].items():
         for b in buckets:  # a bucket only leaves its baseline (wide/mid, per-group prefill) for a > 5% gain
             assert b["baseline_us"] is None or b["us"] == b["baseline_us"] or b["us"] * 1.05 < b["baseline_us"], b
-            assert b["path"] != "tc" or b["baseline_us"] is None or b["baseline"] == "mid", b
+            # tc replaces mid, or keeps a tc bucket whose installed tiling was timed in the same run
+            assert b["path"] != "tc" or b["baseline_us"] is None or b["baseline"] in ("mid", "tc"), b
 
 
 @needs_kernels
@@ -223,3 +224,4 @@ def test_batched_prefill_full_shape(groups, m, gen):
     assert torch.equal(bits(K.prefill(x, twin, batched=True)), bits(y))
     assert K._prefill_batched(m, groups)  # every case above is in the table: the dispatcher runs it
     assert torch.equal(bits(K.wo_a(x, twin)), bits(y))
+

@@ -286,7 +286,7 @@ def test_einsum_path_for_prefill_and_without_gpu(gen):
 def test_select_path_boundaries(monkeypatch):
     monkeypatch.setattr(K._gluon, "available", lambda device: False)  # the Triton paths' boundaries
     assert [K.select_path(m, 4, "cuda") for m in (1, 8, 9, 96, 192, 193, 4096)] == \
-        ["small", "small", "mid", "mid", "tc" if K._tc_entry(192, 4) else "mid", "einsum", "einsum"]
+        ["small", "small", "mid", *("tc" if K._tc_entry(m, 4) else "mid" for m in (96, 192)), "einsum", "einsum"]
     assert K.select_path(4, 2, "cuda") == K.select_path(4, 4, "cuda") == "small"  # G=4 welcome
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert K.select_path(4, 4, "cpu") == "einsum"

@@ -86,14 +86,14 @@ def test_installed_wide_table_is_the_measured_one(sweep_rows):
 
 def test_wide_dispatch_and_einsum_preference_on_the_h200(monkeypatch):
     """With the installed tables: 17..32 rows run wide at G=2 and G=4, 33..192 the tc path (TC_TABLE)
-    or mid (65..96), more the prefill path; a caller holding the bf16 weight gets the
+    or mid (G=2 65..96), more the prefill path; a caller holding the bf16 weight gets the
     einsum exactly where it measured faster (33+ rows)."""
     monkeypatch.setattr(GL, "available", lambda device: True)
     ms = (16, 17, 24, 32, 33, 48, 49, 64, 65, 128, 129, 192, 193)
     assert [K.select_path(m, 2, "cuda") for m in ms] == \
         ["gluon", "wide", "wide", "wide", "tc", "tc", "tc", "tc", "mid", "tc", "tc", "tc", "einsum"]
     assert [K.select_path(m, 4, "cuda") for m in ms] == \
-        ["gluon", "wide", "wide", "wide", "tc", "tc", "tc", "tc", "mid", "tc", "tc", "tc", "einsum"]
+        ["gluon", "wide", "wide", "wide", "tc", "tc", "tc", "tc", "tc", "tc", "tc", "tc", "einsum"]
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     monkeypatch.setattr(K, "_device_name", lambda device: "NVIDIA H200")
     for g in (2, 4):
