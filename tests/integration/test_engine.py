@@ -132,7 +132,10 @@ def test_a_hand_started_worker_shows_in_drift_and_is_recreated(fleet_up):
     assert across["drifted"] and f"{SWITCH[0]}=(absent) (rank 0: {SWITCH[1]})" in across["actual"], across
     assert "playbooks/engine.yml -e engine_state=restarted" in across["fix"] and "engine_env_per_rank" in across["fix"]
     assert not rows[("spark3", "engine env across ranks")]["drifted"]
-    assert not any(rows[(h, "engine_env NCCL GID keys across ranks")]["drifted"] for h in HOSTS)
+    # The hand-started worker has no NCCL GID keys while its peers have theirs: that comparison shows it too.
+    gid = rows[("spark1", "engine_env NCCL GID keys across ranks")]
+    assert gid["drifted"] and "spark2 NCCL_IB_GID_INDEX=(unset) NCCL_IB_HCA=(unset)" in gid["actual"], gid
+    assert "engine_env_nccl_gid" in gid["fix"]
     failure = drift.results(task="Fail when anything drifted")[0]
     assert "spark2 engine env across ranks: differs:" in failure["msg"], failure["msg"]
     env_row = rows[("spark2", "engine dsv41-worker env (docker inspect)")]
