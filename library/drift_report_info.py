@@ -37,6 +37,15 @@ options:
     description: The command that fixes a drifted row, by item or by role (the first word of an item).
     type: dict
     default: {}
+  across_ranks:
+    description:
+      - Comparisons between ranks (module_utils/drift_ranks.py), each a dict C({item, action, value, compare,
+        reference, keys, except, desired, fix}); their rows follow each node's own rows.
+      - C(compare) is C(same_as_reference), C(set_on_all) or C(one_value); C(fix) names the playbook and variable
+        that fix the row.
+    type: list
+    elements: dict
+    default: []
   secret_env_keys:
     description: Env keys whose values are secrets besides those that look secret; masked in every row.
     type: list
@@ -103,6 +112,7 @@ def main() -> None:
             nodes=dict(type="list", elements="str", required=True),
             unread=dict(type="list", elements="str", default=[]),
             fixes=dict(type="dict", default={}),
+            across_ranks=dict(type="list", elements="dict", default=[]),
             secret_env_keys=dict(type="list", elements="str", default=[], no_log=False),
         ),
         supports_check_mode=True,
@@ -114,8 +124,11 @@ def main() -> None:
     except (OSError, ValueError) as exc:
         module.fail_json(msg=f"cannot read the drift record {p['record']}: {exc}. Is the drift_collect callback "
                              "enabled (ansible.cfg callbacks_enabled)?")
-    report = build_report(mask_tree(records, (), p["secret_env_keys"]), p["nodes"], p["unread"],
-                          {str(k): str(v) for k, v in p["fixes"].items()})
+    try:
+        report = build_report(mask_tree(records, (), p["secret_env_keys"]), p["nodes"], p["unread"],
+                              {str(k): str(v) for k, v in p["fixes"].items()}, p["across_ranks"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **report)
 
 

@@ -202,9 +202,15 @@ def fix_for(item: str, fixes: Dict[str, str]) -> str:
 
 
 def build_report(records: Dict[str, List[dict]], nodes: Iterable[str], unread: Iterable[str],
-                 fixes: Dict[str, str]) -> dict:
-    """rows per node (None for a node not read), the drifted rows, the table lines and the failure message."""
+                 fixes: Dict[str, str], across: Optional[List[dict]] = None) -> dict:
+    """rows per node (None for a node not read), the drifted rows, the table lines and the failure message.
+    ``across``: the comparisons between ranks (module_utils/drift_ranks.py), rows after the node's own."""
+    # Imported here: the drift_collect callback loads this file from module_utils/ by path, without the package.
+    from ansible.module_utils.drift_ranks import across_rank_rows
+
     nodes, unread = list(nodes), set(unread)
+    read = {node: records.get(node, []) for node in nodes if node not in unread}
+    across_rows = across_rank_rows(read, nodes, across)
     items: Dict[str, Optional[List[dict]]] = {}
     for node in nodes:
         if node in unread:
@@ -216,6 +222,11 @@ def build_report(records: Dict[str, List[dict]], nodes: Iterable[str], unread: I
                 if row["drifted"]:
                     row["fix"] = fix_for(row["item"], fixes)
                 rows.append(row)
+        for row in across_rows.get(node, []):
+            fix = row.pop("fix")
+            if row["drifted"]:
+                row["fix"] = fix or fix_for(row["item"], fixes)
+            rows.append(row)
         items[node] = rows
     every = [r for rows in items.values() if rows for r in rows]
     width = max([24] + [len(r["item"]) for r in every])

@@ -123,10 +123,21 @@ def test_a_hand_started_worker_shows_in_drift_and_is_recreated(fleet_up):
             "-v /home/zurih/.cache:/root/.cache -v /home/zurih/dsv41-3x-spark/state:/state dsv41-3x-spark:local run")
     node("spark2").check_output(hand.format(id=os.environ.get("SPARKFLEET_TESTBED_ID", "0") or "0"))
 
-    drift = play("drift.yml", extravars=dict(with_switch(), drift_roles=["engine_env", "engine"]))
-    assert drift.rc == 0, drift.stdout[-3000:]
+    drift = play("drift.yml", extravars=dict(with_switch(), drift_roles=["engine_env", "engine"], drift_fail=True))
+    assert drift.rc != 0, "drift_fail fails on the drifted rows"
     rows = {(host, row["item"]): row for host, items in
             json.loads(Path(drift.run_dir, "drift.json").read_text())["items"].items() for row in items}
+    # The comparison between ranks (module_utils/drift_ranks.py): spark2 lacks a key rank 0 has.
+    across = rows[("spark2", "engine env across ranks")]
+    assert across["drifted"] and f"{SWITCH[0]}=(absent) (rank 0: {SWITCH[1]})" in across["actual"], across
+    assert "playbooks/engine.yml -e engine_state=restarted" in across["fix"] and "engine_env_per_rank" in across["fix"]
+    assert not rows[("spark3", "engine env across ranks")]["drifted"]
+    # The hand-started worker has no NCCL GID keys while its peers have theirs: that comparison shows it too.
+    gid = rows[("spark1", "engine_env NCCL GID keys across ranks")]
+    assert gid["drifted"] and "spark2 NCCL_IB_GID_INDEX=(unset) NCCL_IB_HCA=(unset)" in gid["actual"], gid
+    assert "engine_env_nccl_gid" in gid["fix"]
+    failure = drift.results(task="Fail when anything drifted")[0]
+    assert "spark2 engine env across ranks: differs:" in failure["msg"], failure["msg"]
     env_row = rows[("spark2", "engine dsv41-worker env (docker inspect)")]
     assert env_row["drifted"] and f"{SWITCH[0]}=(absent)" in env_row["actual"]
     assert rows[("spark2", "engine dsv41-worker env (docker inspect)")]["fix"] == "ansible-playbook playbooks/engine.yml"
