@@ -47,6 +47,12 @@ def progress_gaps(run) -> list[float]:
     return [(b - a).total_seconds() for a, b in zip(printed, printed[1:])]
 
 
+def rung_events(rung_dir: str) -> list[dict]:
+    """The events of a rung's nested run (nested_play keeps them in <rung>/runner/artifacts/nested/job_events)."""
+    folder = Path(rung_dir, "runner", "artifacts", "nested", "job_events")
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if p.name.split("-", 1)[0].isdigit()]
+
+
 def outcomes(state: dict) -> dict:
     return {r["id"]: (r["status"], r.get("outcome")) for r in state["rungs"]}
 
@@ -56,11 +62,9 @@ def container_env(host, name: str) -> list:
                                               + ("dsv41-head" if name == "spark1" else "dsv41-worker")))[0]["Config"]["Env"]
 
 
-# Slow: measured at 1,396 s (23 min, fixture included) on the shared 2-core machine (docs/campaign.md), against
-# at most ~8 min `make test` can add within CI's 60-minute budget. Its cost is the rollouts' own Ansible tasks
-# (~190 a rung: restore point, env rendering, the bench client installed for each arm, the host change's nested
-# playbook), not its benchmarks (4-7 s an arm), so fewer reps or tokens in the fixture plan cannot make it fit.
-@pytest.mark.slow
+# In `make integration` (issue 23: `make test` runs a 3-rung campaign): 486 s with the fixture at load 4-6 before
+# the bench client was installed once per rollout instead of once per arm, the arms' own reports (overwritten by
+# the rollout's) dropped and the host change's nested playbook stopped repeating the preflight (docs/campaign.md).
 def test_a_three_rung_campaign_keeps_its_winner_and_reports_the_night(serving_fleet, host):
     started = time.monotonic()
     run, state = campaign("testbed-3.yml")
@@ -82,6 +86,12 @@ def test_a_three_rung_campaign_keeps_its_winner_and_reports_the_night(serving_fl
     assert "stage A, rung 1/5 01-pack_engram (host): " in run.stdout and "elapsed, about" in run.stdout
     summary = [r for r in run.results(task="Summary") if r.get("msg")][0]["msg"]
     assert len(summary) < 40 and summary[-1] == "Fleet proven on its incumbent: yes"
+    # the bench client is installed once per rollout (its incumbent arm), not again for the candidate arm
+    for rung in state["rungs"][:3]:
+        shipped = [ev for ev in rung_events(rung["run_dir"]) if ev.get("event") == "runner_on_ok"
+                   and ev["event_data"].get("task") == "Ship the client from the controller"]
+        assert len(shipped) == 1, (rung["id"], len(shipped))
+        assert Path(rung["run_dir"], "report.md").is_file() and Path(rung["run_dir"], "plots", "decode_tok_s.png").is_file()
     gaps = progress_gaps(run)
     print(f"3-rung campaign: {wall:.0f} s wall; the campaign's own time {state.get('overhead')}; "
           f"{len(gaps)} progress gaps, max {max(gaps, default=0):.1f} s")
