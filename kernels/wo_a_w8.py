@@ -1,3 +1,5 @@
+# Over 600 lines on purpose: the twin format, the dispatcher and its measured tables are one public API; the ring
+# and tensor-core kernels are in wo_a_gluon.py and wo_a_tc.py.
 """fp8 "twins" of the ``wo_a`` weights and the Triton kernels that read them.
 
 ``wo_a`` computes, per layer and rank, ``y[t, g, :] = W[g] @ x[t, g, :]``

@@ -1,3 +1,5 @@
+# Over 600 lines on purpose: it ships to bench hosts as one standalone file (bare python3, no network) and runs
+# alone from the command line.
 """Streaming decode benchmark against an OpenAI-compatible SGLang server (standard library only).
 
 Used by the ``decode_bench`` module on a bench host (bare Python, maybe no network) and runnable alone::

@@ -1,4 +1,6 @@
 # -*- coding: utf-8 -*-
+# Over 600 lines on purpose: one function per check of docs/reference.md section 11 and the verdict; the parsers
+# are in node_preflight_parsers.py.
 # Copyright: sparkfleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Read-only preflight of one GB10 node (docs/reference.md section 11): the host problems that cost a boot.

@@ -1,4 +1,6 @@
 # -*- coding: utf-8 -*-
+# Over 600 lines on purpose: one streaming state machine (BootLogParser) whose block reader and fact handlers
+# share its state; the line patterns live in sglang_log_lines.py, the module glue in sglang_log_module.py.
 """Parse an SGLang / DSV41 engine boot log into facts (docs/reference.md sections 2, 3, 4, 7).
 
 Plain Python, standard library only: it runs on the fleet's hosts inside the ``boot_log_info`` module (and its alias ``boot_log_facts``)

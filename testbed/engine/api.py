@@ -1,3 +1,5 @@
+# Over 600 lines on purpose: the simulated head's HTTP endpoints and the scheduler that paces them share one
+# server object.
 """HTTP API of the simulated SGLang head (docs/reference.md section 7), paced by the step model in model.py.
 
 Standard library only (http.server + threads). ``serve()`` starts a ThreadingHTTPServer and a scheduler

@@ -1,3 +1,5 @@
+# Over 600 lines on purpose: the whole simulated rank (boot checks, rendezvous, boot-log lines) is one process
+# entry point; the step model is in model.py, the HTTP API in api.py.
 """The simulated SGLang rank: what `docker run ... dsv41-3x-spark:local run` starts on a testbed host.
 
 It behaves like one TP rank of the real engine at the interfaces sparkfleet uses (docs/reference.md sections 2-4

@@ -1,4 +1,6 @@
 #!/usr/bin/python3
+# Over 600 lines, to be removed: the Docker CLI stand-in goes when the real engine becomes the testbed's default
+# (issue 22).
 """Stand-in for the `docker` CLI on a testbed host (there is no Docker engine on a CPU CI machine).
 
 It implements the subset the roles use, with the real CLI's arguments, output shapes and exit codes:

@@ -1,3 +1,5 @@
+# Over 600 lines on purpose: the module's behaviour tests in one place (format, check mode, resume, bad input,
+# CLI); IO and hostile-input tests have their own files.
 """engram_pack: exact packing (checked against an independent numpy implementation of docs/reference.md section 3),
 check mode, free space, resume, invalid shards, verification, bad input, container mode and the CLI."""
 from __future__ import annotations
