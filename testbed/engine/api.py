@@ -67,7 +67,20 @@ SMOKE_ANSWERS = {
 KV_POOL_TOKENS = 491520  # the actual pool of the fleet's boot log (docs/reference.md section 1)
 TIMINGS_KEPT = 1024
 THINKING_TOKENS = 24
+# The modelled GPU's steps do not wait for the host: a step the loop woke up late for is caught up by the
+# next ones (no sleep until the chain is back on time), up to this much wall time behind; beyond it (a
+# paused container, a stopped process) the cadence restarts from now instead of bursting.
+MAX_CATCH_UP_S = 1.0
 _END = object()
+
+
+def next_deadline(previous: float | None, now: float, dt: float, max_lag_s: float = MAX_CATCH_UP_S) -> float:
+    """The deadline of the step that starts now and lasts dt: one step after the previous deadline, so that
+    scheduling delays under host load are caught up rather than lost; from now after an idle loop
+    (previous None) or when the loop fell more than max_lag_s behind."""
+    if previous is None or now - previous > max_lag_s:
+        return now + dt
+    return previous + dt
 
 _VOCAB = {
     "prose": ("the", "fleet", "node", "engine", "memory", "request", "token", "draft", "model", "operator",
@@ -232,18 +245,20 @@ class Engine:
                 queued = len(self.waiting)
             new = [r for r in batch if r.state == "prefill"]
             if new:
-                deadline = self._prefill(new, batch, queued)
+                deadline = self._prefill(new, batch, queued, deadline)
                 continue
             deadline = self._decode(batch, queued, deadline)
 
-    def _prefill(self, new: list[SimRequest], batch: list[SimRequest], queued: int) -> float:
+    def _prefill(self, new: list[SimRequest], batch: list[SimRequest], queued: int,
+                 deadline: float | None) -> float:
         chunk, tokens = [], 0
         for req in new:  # one chunk of at most chunked_prefill_size tokens (at least one request)
             if chunk and tokens + req.prompt_tokens > self.config.chunked_prefill_size:
                 break
             chunk.append(req)
             tokens += req.prompt_tokens
-        deadline = time.monotonic() + self.model.prefill_ms(tokens) * self.config.time_scale / 1000.0
+        deadline = next_deadline(deadline, time.monotonic(),
+                                 self.model.prefill_ms(tokens) * self.config.time_scale / 1000.0)
         self._sleep_until(deadline)
         if self.stop.is_set():
             return deadline
@@ -260,9 +275,8 @@ class Engine:
     def _decode(self, batch: list[SimRequest], queued: int, deadline: float | None) -> float:
         types = collections.Counter(r.prompt_type for r in batch)
         dt = self.model.step_ms(len(batch), types.most_common(1)[0][0]) * self.config.time_scale / 1000.0
-        start = time.monotonic()
-        # Keep a steady cadence: chain deadlines unless the loop fell more than a step behind.
-        deadline = deadline + dt if deadline is not None and start - deadline < dt else start + dt
+        deadline = next_deadline(deadline, time.monotonic(), dt)  # a steady cadence (MAX_CATCH_UP_S)
+        start = deadline - dt  # when the step began on the modelled GPU
         self._sleep_until(deadline)
         if self.stop.is_set():
             return deadline
