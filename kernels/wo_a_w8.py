@@ -45,7 +45,7 @@ import triton.language as tl
 from . import wo_a_gluon as _gluon
 from . import wo_a_tc as _tc
 from .wo_a_gluon import GluonConfig, RingConfig
-from .wo_a_tc import TcConfig, exponent_words, store_tile, tile_origin, token_ptrs, weight_ptrs
+from .wo_a_tc import TcConfig, exponent_words, mma_step, store_tile, tile_origin, token_ptrs, weight_ptrs
 
 __all__ = [
     "BLOCK",
@@ -374,17 +374,10 @@ def _wo_a_kernel(
         if FMA:
             prod = tl.reshape(wd, [BLOCK_R, 1, BLOCK_K]) * tl.reshape(xt.to(tl.float32), [1, BLOCK_M, BLOCK_K])
             acc += tl.sum(prod, axis=2)
-        elif INTERPRET:
-            # The CPU interpreter's dot is wrong on bf16 operands; every value here is exactly
-            # representable in fp32, so an fp32 dot computes the same products.
-            if SWAP_AB:
-                acc += tl.dot(xt.to(tl.float32), tl.trans(wd.to(tl.float32)), input_precision="ieee")
-            else:
-                acc += tl.dot(wd.to(tl.float32), tl.trans(xt.to(tl.float32)), input_precision="ieee")
-        elif SWAP_AB:
-            acc = tl.dot(xt, tl.trans(wd.to(tl.bfloat16)), acc)
         else:
-            acc = tl.dot(wd.to(tl.bfloat16), tl.trans(xt), acc)
+            # the decoded tile is exact in bf16 (e4m3 times a power of two); mma_step holds the dot
+            # and the CPU interpreter's fp32 variant, shared with the tc kernels
+            acc = mma_step(acc, wd.to(tl.bfloat16), xt, not SWAP_AB, INTERPRET)
         w_ptrs += BLOCK_K
         e_ptrs += NW
         x_ptrs += BLOCK_K
