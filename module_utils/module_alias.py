@@ -8,6 +8,7 @@ from __future__ import annotations
 # old name: (new name, the release that removes the old one)
 DEPRECATED_ALIASES = {
     "boot_log_facts": ("boot_log_info", "2.0.0"),
+    "engine_liveness": ("engine_liveness_info", "2.0.0"),
     "engram_status": ("engram_status_info", "2.0.0"),
     "experiment_load": ("experiment_load_info", "2.0.0"),
     "fleet_snapshot": ("fleet_snapshot_info", "2.0.0"),
