@@ -11,8 +11,8 @@ short_description: Deprecated alias of node_preflight_info (Read-only preflight 
 description:
   - The old name of M(node_preflight_info), kept for one release. It runs the same code with the same options and
     returns the same results, plus a deprecation warning.
-  - Only this name still has O(fact_name) and O(fact_labels), which return the node's summary as C(ansible_facts):
-    a read-only module is named C(*_info) and returns no C(ansible_facts). With M(node_preflight_info), register
+  - Only this name still has O(fact_name) and O(fact_labels), which return the node's summary as C(ansible_facts)
+    (a read-only module is named C(*_info) and returns no C(ansible_facts)). With M(node_preflight_info), register
     the result and build the summary with the C(preflight_node_result) filter (the preflight role does).
   - See M(node_preflight_info) for the options and every returned key.
 version_added: "0.1.0"

@@ -37,3 +37,37 @@ def test_host_side_code_is_copied_from_module_utils_and_no_role_keeps_a_copy():
     ship = next(t for t in install if t["name"] == "Ship the client from the controller")
     assert ship["ansible.builtin.copy"]["src"].endswith("/../../module_utils/{{ item }}")
     assert all((ROOT / "module_utils" / name).is_file() for name in ship["loop"])
+
+
+# Issue 25 item 4: the engine container names have one source, the inventory (fleet_head_container and
+# fleet_worker_container in group_vars/all/fleet.yml); modules get them as options from the roles and playbooks.
+ENGINE_CONTAINER_NAMES = ("dsv41-head", "dsv41-worker")
+# The one copy in module code, a default the rollout's filter still relies on; it must equal the inventories.
+NAMES_CONSTANT = "module_utils/boot_currency.py"
+
+
+def _without_return_block(path: str, text: str) -> str:
+    """A module's RETURN samples show real output (a container's name as docker reports it); everything else of
+    the file (code, option defaults, DOCUMENTATION, EXAMPLES) must not carry the names."""
+    if path.startswith("library/") and 'RETURN = r"""' in text:
+        head, rest = text.split('RETURN = r"""', 1)
+        return head + rest.split('"""', 1)[1]
+    return text
+
+
+def test_no_module_role_or_playbook_carries_the_engine_container_names():
+    homes = ("library/", "module_utils/", "plugins/", "roles/", "playbooks/")
+    carriers = []
+    for _, path in tracked():
+        if path.startswith(homes) and path != NAMES_CONSTANT and path.endswith((".py", ".yml", ".yaml", ".j2")):
+            text = _without_return_block(path, (ROOT / path).read_text())
+            carriers += [f"{path}: {name}" for name in ENGINE_CONTAINER_NAMES if name in text]
+    assert carriers == []
+
+
+def test_the_one_copy_of_the_names_equals_every_inventory():
+    from ansible.module_utils.boot_currency import ENGINE_NAMES
+    for inventory in ("fleet", "testbed"):
+        fleet = yaml.safe_load((ROOT / "inventory" / inventory / "group_vars/all/fleet.yml").read_text())
+        assert {fleet["fleet_head_container"], fleet["fleet_worker_container"]} == set(ENGINE_NAMES), inventory
+    assert (ROOT / NAMES_CONSTANT).read_text().count("dsv41-head") == 1
