@@ -71,3 +71,62 @@ def test_the_one_copy_of_the_names_equals_every_inventory():
         fleet = yaml.safe_load((ROOT / "inventory" / inventory / "group_vars/all/fleet.yml").read_text())
         assert {fleet["fleet_head_container"], fleet["fleet_worker_container"]} == set(ENGINE_NAMES), inventory
     assert (ROOT / NAMES_CONSTANT).read_text().count("dsv41-head") == 1
+
+
+# Issue 25 item 4, the rest: one definition per role option, an option either required or defaulted, and no role
+# setting another role's variables as facts (roles/rollout and its playbooks: tests/unit/test_rollout_role_params.py).
+def test_a_role_option_is_written_once_across_its_entry_points():
+    copies = []
+    for spec in sorted(ROOT.glob("roles/*/meta/argument_specs.yml")):
+        root = yaml.compose(spec.read_text())
+        entries = dict((k.value, v) for k, v in root.value)["argument_specs"]
+        nodes: dict = {}
+        for _, entry in entries.value:
+            for key, value in entry.value:
+                if key.value == "options":
+                    for option, definition in value.value:
+                        nodes.setdefault(option.value, set()).add(id(definition))
+        copies += [f"{spec.relative_to(ROOT)}: {name}" for name, ids in nodes.items() if len(ids) > 1]
+    assert copies == [], "share one anchored options block (&name / *name) between entry points"
+
+
+def _required_with_default(options: dict, where: str) -> list:
+    found = []
+    for name, option in (options or {}).items():
+        if isinstance(option, dict):
+            if option.get("required") and "default" in option:
+                found.append(f"{where}.{name}")
+            found += _required_with_default(option.get("options") or option.get("suboptions"), f"{where}.{name}")
+    return found
+
+
+def test_no_option_is_required_and_defaulted():
+    import ast
+    import re
+    found = []
+    for spec in sorted(ROOT.glob("roles/*/meta/argument_specs.yml")):
+        for entry, body in (yaml.safe_load(spec.read_text()).get("argument_specs") or {}).items():
+            found += _required_with_default(body.get("options"), f"{spec.relative_to(ROOT)}:{entry}")
+    for path in sorted(ROOT.glob("library/*.py")) + sorted(ROOT.glob("plugins/doc_fragments/*.py")):
+        doc = re.search(r'DOCUMENTATION = r"""(.*?)"""', path.read_text(), re.S)
+        found += _required_with_default((yaml.safe_load(doc.group(1)) or {}).get("options"), str(path.relative_to(ROOT)))
+    for path in sorted(ROOT.glob("library/*.py")) + sorted(ROOT.glob("module_utils/*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "dict":
+                kw = {k.arg: k.value for k in node.keywords}
+                if "default" in kw and isinstance(kw.get("required"), ast.Constant) and kw["required"].value is True:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []
+
+
+def test_no_role_sets_another_roles_variables():
+    from tests.unit.test_rollout_role_params import tasks_of
+    roles = sorted(p.name for p in (ROOT / "roles").iterdir() if p.is_dir())
+    found = []
+    for role in roles:
+        others = tuple(f"{r}_" for r in roles if r != role and not f"{role}_".startswith(f"{r}_"))
+        for path in sorted((ROOT / "roles" / role).glob("**/*.yml")):
+            for task in tasks_of(yaml.safe_load(path.read_text())):
+                facts = task.get("ansible.builtin.set_fact") or task.get("set_fact") or {}
+                found += [f"{path.relative_to(ROOT)}: {key}" for key in facts if key.lstrip("_").startswith(others)]
+    assert found == []
