@@ -110,10 +110,11 @@ options:
     type: bool
     default: false
   containers:
-    description: Engine container names O(state=query) reports on.
+    description:
+      - Engine container names O(state=query) reports on; required with O(state=query), V([]) for none (the
+        adapters role passes adapters_engine_containers, the inventory's fleet_head_container and fleet_worker_container).
     type: list
     elements: str
-    default: [dsv41-head, dsv41-worker]
   image_manifest:
     description: Where images carry the bundle manifest.
     type: str
@@ -322,11 +323,12 @@ def main() -> None:
             action=dict(type="str", choices=["deploy", "rollback", "restore"], default="deploy"),
             keep_releases=dict(type="int", default=3),
             pending=dict(type="bool", default=False),
-            containers=dict(type="list", elements="str", default=["dsv41-head", "dsv41-worker"]),
+            containers=dict(type="list", elements="str"),
             image_manifest=dict(type="str", default="/opt/dsv41/sparkfleet-bundle.json"),
             dockerfile_lines=dict(type="list", elements="str", default=[]),
         ),
-        required_if=[("state", "built", ("context", "manifest")), ("state", "serving", ("release",))],
+        required_if=[("state", "built", ("context", "manifest")), ("state", "serving", ("release",)),
+                     ("state", "query", ("containers",))],
         supports_check_mode=True,
     )
     p = module.params

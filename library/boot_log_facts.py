@@ -50,13 +50,13 @@ EXAMPLES = r"""
 # Before (deprecated):
 - name: Read this rank's boot log
   boot_log_facts:
-    path: /var/log/sparkfleet/dsv41-head.log
+    path: "/var/log/sparkfleet/{{ fleet_engine_container }}.log"
   register: boot
 
 # After: the same task with the new name.
 - name: Read this rank's boot log
   boot_log_info:
-    path: /var/log/sparkfleet/dsv41-head.log
+    path: "/var/log/sparkfleet/{{ fleet_engine_container }}.log"
   register: boot
 """
 

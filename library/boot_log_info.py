@@ -72,7 +72,7 @@ seealso:
 EXAMPLES = r"""
 - name: Read this rank's boot log
   boot_log_info:
-    path: /var/log/sparkfleet/dsv41-head.log
+    path: "/var/log/sparkfleet/{{ fleet_engine_container }}.log"
     markers:
       - Engram prefetch ARMED
       - "re:\\[wo_a_w8\\] fp8 twins for \\d+ wo_a weights"

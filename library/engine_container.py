@@ -9,8 +9,9 @@ DOCUMENTATION = r"""
 module: engine_container
 short_description: One serving-engine container (a TP rank) as desired state, through the docker CLI
 description:
-  - Creates, recreates, starts, restarts, stops or removes one engine container (C(dsv41-head) or
-    C(dsv41-worker), docs/reference.md section 2) with the docker CLI, and optionally waits for a log line.
+  - Creates, recreates, starts, restarts, stops or removes one engine container (the head's or a worker's, named by
+    the inventory's C(fleet_head_container) and C(fleet_worker_container), docs/reference.md section 2) with the
+    docker CLI, and optionally waits for a log line.
   - C(docker inspect) is the truth. The container is B(recreated only when) its image id, its managed env or its
     mounts differ from the desired ones; run flags (O(run_args)) and labels are applied at creation, not compared.
   - Managed env means every key of O(env) plus every key of the container's env that its image does not set
@@ -131,7 +132,7 @@ seealso:
 EXAMPLES = r"""
 - name: Start this worker's engine container from the rendered env files
   engine_container:
-    name: dsv41-worker
+    name: "{{ fleet_worker_container }}"
     image: dsv41-3x-spark:local
     command: [run]
     env_files:
@@ -147,7 +148,7 @@ EXAMPLES = r"""
 
 - name: Boot the head and wait for its ready line
   engine_container:
-    name: dsv41-head
+    name: "{{ fleet_head_container }}"
     image: dsv41-3x-spark:local
     command: [run]
     env: {NODE_RANK: "0", TP_SIZE: "3"}
@@ -158,7 +159,7 @@ EXAMPLES = r"""
 
 - name: Only look (what would change, with the diff)
   engine_container:
-    name: dsv41-worker
+    name: "{{ fleet_worker_container }}"
     image: dsv41-3x-spark:local
     env: {NODE_RANK: "1"}
   check_mode: true
@@ -166,7 +167,7 @@ EXAMPLES = r"""
 
 - name: Stop the head, keeping the container and its log
   engine_container:
-    name: dsv41-head
+    name: "{{ fleet_head_container }}"
     state: stopped
 """
 

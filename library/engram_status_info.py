@@ -36,7 +36,8 @@ attributes:
 
 EXAMPLES = r"""
 - name: Read the engine's boot log of this rank
-  ansible.builtin.command: docker logs dsv41-worker
+  ansible.builtin.command:
+    argv: [docker, logs, "{{ fleet_engine_container }}"]
   register: boot_log
   changed_when: false
 

@@ -39,10 +39,12 @@ options:
     choices: [pause, stop]
     default: pause
   protected_names:
-    description: Serving containers that are never paused or stopped.
+    description:
+      - Serving containers that are never paused or stopped (the quiesce role passes quiesce_protected_containers,
+        the inventory's fleet_head_container and fleet_worker_container).
     type: list
     elements: str
-    default: [dsv41-head, dsv41-worker]
+    required: true
   protected_images:
     description: Images whose containers are never paused or stopped (by reference or image id).
     type: list
@@ -185,7 +187,7 @@ def main() -> None:
             state=dict(type="str", choices=["quiet", "restored"], default="quiet"),
             dispensable=dict(type="list", elements="raw", default=[]),
             default_action=dict(type="str", choices=["pause", "stop"], default="pause"),
-            protected_names=dict(type="list", elements="str", default=["dsv41-head", "dsv41-worker"]),
+            protected_names=dict(type="list", elements="str", required=True),
             protected_images=dict(type="list", elements="str", default=[]),
             inventory_services=dict(type="list", elements="str", default=[]),
             owner_label=dict(type="str", default="owner"),

@@ -22,6 +22,9 @@ import re
 import time
 
 RESTART = "ansible-playbook playbooks/engine.yml -e engine_state=restarted"
+# The inventory's fleet_head_container and fleet_worker_container (group_vars/all/fleet.yml, the one source; the
+# only copy of the names in module code, tests/unit/test_layout.py checks that it equals the inventories): the
+# rollout's filter rollout_boot_changes passes no names yet. Pass engine_names and this default can go.
 ENGINE_NAMES = frozenset({"dsv41-head", "dsv41-worker"})
 
 _ISO = re.compile(r"^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:?\d{2})?$")

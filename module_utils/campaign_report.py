@@ -191,8 +191,8 @@ def rollback_command(state: dict) -> str:
 
 # The work a campaign is for (issue 23 "Performance": everything but boots and benchmarks is overhead): the
 # benchmarks, the boots and stops of the engines (engine_container tasks that changed a container, the
-# liveness judgement that follows a boot) and the host change itself (engram_pack).
-WORK_ACTIONS = ("decode_bench", "engine_liveness", "engram_pack")
+# liveness judgement that follows a boot, by its name and its deprecated alias) and the host change itself (engram_pack).
+WORK_ACTIONS = ("decode_bench", "engine_liveness_info", "engine_liveness", "engram_pack")
 BOOT_ACTIONS = ("engine_container",)
 
 

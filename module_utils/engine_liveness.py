@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import time
 from typing import Callable, Optional
 from urllib.parse import urlsplit
 
+from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.decode_client import Endpoint as _ClientEndpoint, EventStream, delta_text
+from ansible.module_utils.module_alias import warn_if_deprecated
 
 CHAT_PATH = "/v1/chat/completions"
 DEFAULT_PROMPT = ("Write a short story about a lighthouse keeper who finds a message in a bottle. Describe the "
@@ -174,3 +177,46 @@ def check(url: str, api_key: Optional[str] = None, model: Optional[str] = None, 
                                 + (got["error"] if got["error"] else json.dumps(got["answer"]))
                                 + f", expected exactly {json.dumps(expected)}")
     return {"ok": not problems, "live": live["live"], "liveness": live, "smoke": answers, "problems": problems}
+
+
+def run_module(name: str) -> None:
+    """The engine_liveness_info module (and its deprecated alias engine_liveness): judge the engine the arguments
+    name and exit with the verdict (failing with one message per problem)."""
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", required=True),
+            api_key=dict(type="str", no_log=True),
+            api_key_file=dict(type="path"),
+            model=dict(type="str"),
+            prompt=dict(type="str"),
+            max_tokens=dict(type="int", default=64, no_log=False),
+            min_tokens=dict(type="int", default=16, no_log=False),
+            timeout_s=dict(type="float", default=120.0),
+            stall_s=dict(type="float", default=30.0),
+            smoke=dict(type="list", elements="dict", default=[]),
+            smoke_timeout_s=dict(type="float", default=60.0),
+        ),
+        mutually_exclusive=[("api_key", "api_key_file")],
+        supports_check_mode=True,
+    )
+    warn_if_deprecated(module, name)
+    p = module.params
+    key = p["api_key"]
+    if p["api_key_file"] and os.path.exists(p["api_key_file"]):
+        try:
+            with open(p["api_key_file"]) as fh:
+                key = fh.read().strip() or None
+        except OSError as exc:
+            module.fail_json(msg=f"cannot read the API key file {p['api_key_file']}: {exc.strerror or exc}")
+    try:
+        result = check(p["url"], key, p["model"], p["prompt"] or DEFAULT_PROMPT, p["max_tokens"], p["min_tokens"],
+                       p["timeout_s"], p["stall_s"], p["smoke"], p["smoke_timeout_s"])
+    except LivenessError as exc:
+        module.fail_json(msg=str(exc))
+    result.pop("ok")
+    if result["problems"]:
+        module.fail_json(msg=f"{p['url']}: " + "; ".join(result["problems"]), changed=False, **result)
+    lv = result["liveness"]
+    module.exit_json(changed=False, msg=f"{p['url']}: live ({lv['tokens']} tokens in {lv['seconds']} s, first after "
+                                        f"{lv['first_token_s']} s); {len(result['smoke'])} smoke prompt(s) answered exactly",
+                     **result)

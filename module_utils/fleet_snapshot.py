@@ -28,7 +28,6 @@ from ansible.module_utils.node_preflight_parsers import parse_clock_query
 Runner = Callable[[list], tuple]
 
 SECTIONS = ("memory", "load", "gpu", "boot", "containers", "serving", "disks", "files", "units")
-DEFAULT_SERVING_NAMES = ("dsv41-head", "dsv41-worker")
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,7 @@ class Paths:
 class Request:
     """What to gather (the module's options)."""
     sections: tuple = SECTIONS
-    serving_names: tuple = DEFAULT_SERVING_NAMES
+    serving_names: tuple = ()    # the inventory's engine container names (fleet_head_container, fleet_worker_container)
     serving_image: str = ""
     owner_label: str = "owner"
     volumes: tuple = ()          # ((name, path), ...)
@@ -434,7 +433,7 @@ def run_module(name: str) -> None:
     module = AnsibleModule(
         argument_spec=dict(
             gather=dict(type="list", elements="str", default=["all"], choices=["all", *SECTIONS]),
-            serving_names=dict(type="list", elements="str", default=["dsv41-head", "dsv41-worker"]),
+            serving_names=dict(type="list", elements="str", default=[]),
             serving_image=dict(type="str", default=""),
             owner_label=dict(type="str", default="owner"),
             volumes=dict(type="dict", default={}),

@@ -45,7 +45,7 @@ from env_text import mask_tree  # noqa: E402
 RECORDED_MODULES = {
     "engram_pack", "engram_status_info", "engram_status", "boot_log_info", "boot_log_facts", "autotune_cache",
     "fleet_snapshot_info", "fleet_snapshot", "engine_container",
-    "decode_bench", "bench_report", "node_preflight", "engine_liveness",
+    "decode_bench", "bench_report", "node_preflight_info", "node_preflight", "engine_liveness_info", "engine_liveness",
     # A campaign's rungs (issue 23): each nested run's result (rc, stats, failures, seconds) and each
     # campaign_step decision; campaign_step's progress steps (one every ~20 s) are left out.
     "nested_play", "campaign_step",

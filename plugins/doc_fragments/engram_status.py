@@ -18,6 +18,6 @@ options:
     description: File holding the engine's boot log (for example saved C(docker logs) output).
     type: path
   log_content:
-    description: The boot log itself (for example the registered stdout of C(docker logs dsv41-worker)).
+    description: The boot log itself (for example the registered stdout of C(docker logs) of this rank's engine container).
     type: str
 """

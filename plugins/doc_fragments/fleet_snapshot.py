@@ -14,10 +14,12 @@ options:
     choices: [all, memory, load, gpu, boot, containers, serving, disks, files, units]
     default: [all]
   serving_names:
-    description: Container names that are serving containers.
+    description:
+      - Container names that are serving containers (the inventory's fleet_head_container and fleet_worker_container);
+        without them only O(serving_image) makes a container a serving one.
     type: list
     elements: str
-    default: [dsv41-head, dsv41-worker]
+    default: []
   serving_image:
     description:
       - The fleet's engine image (for example C(dsv41-3x-spark:local)). Any container started from it, by

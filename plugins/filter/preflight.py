@@ -4,8 +4,10 @@
     {{ hostvars | preflight_parity(hosts, keys, required, per_node) }}
         -> {hosts, keys, rows, differences, notes, table, required}
     {{ hostvars | preflight_report(parity) }}                  -> [str]  (every node's checks, then the table)
+    {{ registered | preflight_node_result(labels) }}           -> the node's summary, kept as preflight_result
+                                                                  (module_utils/node_preflight_result.py)
 
-Each host's ``preflight_result.parity`` (node_preflight's ``parity``) holds one string per key. Per key the
+Each host's ``preflight_result.parity`` (node_preflight_info's ``parity``) holds one string per key. Per key the
 reference value is the most common one, a tie going to the lowest rank's; every host with another value is
 a difference, reported on that host. Keys in ``per_node`` (the GID index: each rank's engine uses the index of its
 own node) are expected to differ: their differences are ``notes``, shown but never a failure. Pure Python;
@@ -13,8 +15,13 @@ unit-tested without Ansible.
 """
 from __future__ import annotations
 
+import os
+import sys
 from collections import Counter
 from typing import Any
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "module_utils"))
+from node_preflight_result import from_registered  # noqa: E402
 
 NOT_READ = "not read"
 
@@ -83,4 +90,5 @@ def preflight_report(hostvars: Any, parity: dict) -> list:
 
 class FilterModule:
     def filters(self):
-        return {"preflight_parity": preflight_parity, "preflight_report": preflight_report}
+        return {"preflight_parity": preflight_parity, "preflight_report": preflight_report,
+                "preflight_node_result": from_registered}

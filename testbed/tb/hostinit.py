@@ -190,7 +190,7 @@ def corrupted_copy(checkpoint: str, private: str, corrupt: dict) -> str:
 
 
 def preflight_view(spec: dict) -> None:
-    """Per-host stand-ins for what library/node_preflight reads (docs/reference.md section 11)."""
+    """Per-host stand-ins for what library/node_preflight_info reads (docs/reference.md section 11)."""
     view = "/run/testbed/preflight"
     os.makedirs(view, exist_ok=True)
 

@@ -6,7 +6,7 @@ its /home volume is too small for its TP3 shards until they are relocated; spark
 graphical.target) and 19 unrelated containers; a dashboard polls nvidia-smi every 2 s on the head;
 every host has the clock-lock unit enabled; autotune caches that disagree across ranks.
 
-Every scenario gives each host what the preflight (library/node_preflight) reads, with good values: kernel
+Every scenario gives each host what the preflight (library/node_preflight_info) reads, with good values: kernel
 7.0.0-1019-nvidia booted with kho=off, the open 580.159.03 driver, an unfragmented buddy allocator, clean
 kernel logs of this boot and the previous one, eth0 at MTU 9000 holding the host's address, the RoCE v2 GID
 of that address at index 3 of rocep1s0f0, no swap, a 64 GiB /dev/shm. Knobs (`testbed/fleet up --knob

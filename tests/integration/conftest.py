@@ -1,5 +1,5 @@
 """Integration tests run playbooks on the namespaced testbed (testbed/fleet) through ansible-runner and
-check the hosts with testinfra. They need root; `make test-integration` runs them.
+check the hosts with testinfra. They need root; `make integration` runs them.
 
 Fixtures:
 - `testbed`: the seed testbed, brought up once per session when it is not already up.

@@ -189,7 +189,7 @@ def test_a_hung_engine_is_not_live_its_logs_are_kept_and_nothing_is_restarted():
     assert {n: inspect(n)["State"]["StartedAt"] for n in HOSTS} == started
     live = play("engine.yml", extravars={"preflight_skip": True})
     assert live.rc == 0, live.stdout[-3000:]
-    result = [r for r in live.results(module="engine_liveness") if r["_host"] == "spark1"][0]
+    result = [r for r in live.results(module="engine_liveness_info") if r["_host"] == "spark1"][0]
     assert result["live"] and result["liveness"]["tokens"] >= 16
     assert [s["answer"] for s in result["smoke"]] == ["42", "56"]
 

@@ -27,8 +27,8 @@ def plain_seed_afterwards():
 
 
 def node_results(run) -> dict:
-    """host -> node_preflight result (from the run record, like an operator would read it)."""
-    return {r["host"]: r["result"] for r in run.record()["results"] if r["module"] == "node_preflight"}
+    """host -> node_preflight_info result (from the run record, like an operator would read it)."""
+    return {r["host"]: r["result"] for r in run.record()["results"] if r["module"] == "node_preflight_info"}
 
 
 def failed_checks(run) -> dict:
@@ -136,7 +136,7 @@ def test_bad_input_is_refused_before_any_host_is_touched(testbed):
     run = run_playbook("preflight.yml", extravars={"preflight_allowed_kernels": []})
     assert run.rc != 0
     assert "refusing to run the preflight: preflight_allowed_kernels is empty" in run.stdout
-    assert not run.results(module="node_preflight")
+    assert not run.results(module="node_preflight_info")
     run = run_playbook("preflight.yml", extravars={"preflight_allowed_drivers": []})
     assert "preflight_allowed_drivers is empty" in run.stdout
     run = run_playbook("preflight.yml", extravars={"preflight_hcas": ["mlx5_9"]})

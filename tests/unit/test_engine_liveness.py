@@ -1,4 +1,4 @@
-"""engine_liveness against the simulated head (testbed/engine/api.py on 127.0.0.1): liveness is judged by generated
+"""engine_liveness_info (and its deprecated alias engine_liveness) against the simulated head (testbed/engine/api.py on 127.0.0.1): liveness is judged by generated
 tokens advancing during a real request, not by /health; smoke prompts must answer exactly."""
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from tests.unit.module_harness import run_module
 from testbed.engine.api import serving
 from testbed.engine.model import SimConfig
 
-MODULE = load_module("engine_liveness")
+MODULE = load_module("engine_liveness_info")
+ALIAS = load_module("engine_liveness")
 FAST = 0.02
 SMOKE = [{"prompt": "What is 19 + 23? Reply only with the number.", "answer": "42"},
          {"prompt": "What is 7 * 8? Reply only with the number.", "answer": "56"}]
@@ -99,6 +100,23 @@ def test_the_module_fails_naming_the_url_and_keeps_the_evidence(tmp_path):
     assert hung.failed and hung.result["msg"].startswith(f"{url}: not live: no token within")
     assert hung.result["live"] is False and hung.result["liveness"]["progress"] == []
 
+
+
+def test_the_deprecated_alias_judges_the_same_and_warns(monkeypatch):
+    from ansible.module_utils import basic
+    deprecations = []
+    monkeypatch.setattr(basic.AnsibleModule, "deprecate",
+                        lambda self, msg, version=None, **kw: deprecations.append((msg, version)))
+    with serving(SimConfig(time_scale=FAST)) as (_, url):
+        params = {"url": url, "smoke": SMOKE, "timeout_s": 20, "stall_s": 5, "smoke_timeout_s": 5}
+        new = run_module(MODULE, params)
+        assert deprecations == []
+        old = run_module(ALIAS, params)
+    assert not new.failed and not old.failed
+    assert [(r["live"], r["smoke"], r["problems"]) for r in (old.result, new.result)] == \
+        [(True, new.result["smoke"], [])] * 2
+    assert deprecations == [("engine_liveness is now called engine_liveness_info (a read-only module returns no "
+                             "ansible_facts); replace the module name, the options and results are the same.", "2.0.0")]
 
 def test_a_wrong_api_key_is_reported_not_taken_for_a_hang(tmp_path):
     with serving(SimConfig(time_scale=FAST, api_key="s3cret")) as (_, url):

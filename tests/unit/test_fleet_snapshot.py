@@ -206,6 +206,15 @@ def test_containers_and_serving(paths):
     assert worker["mounts"] == [{"source": "/home/zurih/dsv41-3x-spark/engram", "destination": "/engram", "rw": True}]
 
 
+def test_serving_names_come_from_the_caller_only(paths):
+    # No built-in names: the playbooks pass the inventory's fleet_head_container / fleet_worker_container.
+    unnamed = {r["name"]: r["serving"] for r in snap(Host(), paths, sections=("containers",))["containers"]}
+    assert unnamed == {"canary": False, "dsv41-worker": False, "grafana": False}
+    named = {r["name"]: r["serving"] for r in
+             snap(Host(), paths, sections=("containers",), serving_names=("grafana",))["containers"]}
+    assert named == {"canary": False, "dsv41-worker": False, "grafana": True}
+
+
 def test_no_containers_means_no_inspect(paths):
     host = Host({("docker", "ps", "-a", "-q", "--no-trunc"): (0, "", "")})
     out = snap(host, paths, sections=("containers",))

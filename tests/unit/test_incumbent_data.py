@@ -31,7 +31,7 @@ def test_an_env_value_with_a_lookup_is_written_and_read_back_as_data(tmp_path):
     (inv / "group_vars" / "all").mkdir(parents=True)
     (inv / "hosts.yml").write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
                                    "      ansible_python_interpreter: " + sys.executable + "\n")
-    # As experiment_load returns it: a value the controller must not trust (module results are untrusted).
+    # As experiment_load_info returns it: a value the controller must not trust (module results are untrusted).
     (tmp_path / "vars.yml").write_text("payload: !unsafe " + yaml.safe_dump(payload, default_style="'"))
     write = _playbook(tmp_path, "write.yml", f"""
 - hosts: localhost

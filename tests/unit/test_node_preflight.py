@@ -1,4 +1,4 @@
-"""node_preflight: every check's verdict on realistic host state (procfs, sysfs GID tables, ip -j, nvidia-smi,
+"""node_preflight_info (and its deprecated alias node_preflight): every check's verdict on realistic host state (procfs, sysfs GID tables, ip -j, nvidia-smi,
 journalctl), bad input, the module's result, and the parity filter of roles/preflight."""
 from __future__ import annotations
 
@@ -376,9 +376,15 @@ def test_empty_allow_lists_are_fine_when_their_check_is_not_run(node):
 
 @pytest.fixture
 def module(node, monkeypatch):
-    mod = load_module("node_preflight")
-    monkeypatch.setattr(mod, "preflight", functools.partial(np.preflight, paths=node.paths(), run=node.run))
-    return mod
+    from ansible.module_utils import node_preflight_module
+    monkeypatch.setattr(node_preflight_module, "preflight",
+                        functools.partial(np.preflight, paths=node.paths(), run=node.run))
+    return load_module("node_preflight_info")
+
+
+@pytest.fixture
+def alias(module):
+    return load_module("node_preflight")
 
 
 MODULE_ARGS = {"allowed_kernels": ["7.0.0-1019-nvidia"], "kho_kernels": ["7.0.0-*-nvidia"],
@@ -407,26 +413,52 @@ def test_module_failed_checks_do_not_fail_the_module(module, node):
 def test_module_fails_on_bad_input_with_one_clear_message(module):
     out = run_module(module, {**MODULE_ARGS, "allowed_kernels": [], "hcas": ["mlx5_9"]})
     assert out.failed
-    assert "preflight_allowed_kernels) is empty" in out.result["msg"] and out.result["msg"].startswith("node_preflight on ")
+    assert "preflight_allowed_kernels) is empty" in out.result["msg"] and out.result["msg"].startswith("node_preflight_info on ")
     out = run_module(module, {**MODULE_ARGS, "hcas": ["mlx5_9"]})
     assert out.failed and "unknown HCA mlx5_9" in out.result["msg"]
 
 
-def test_module_sets_the_node_summary_as_a_fact_on_success_and_on_bad_input(module):
-    # The preflight role keeps no set_fact task: the module's fact is preflight_result.
+def test_the_role_keeps_the_node_summary_from_the_result_on_success_and_on_bad_input(module):
+    # node_preflight_info returns no ansible_facts; the role's set_fact builds preflight_result with the filter.
+    f = _filters()
     labels = {"host": "spark2", "rank": 1}
-    out = run_module(module, {**MODULE_ARGS, "fact_name": "preflight_result", "fact_labels": labels})
-    fact = out.result["ansible_facts"]["preflight_result"]
+    out = run_module(module, MODULE_ARGS)
+    assert "ansible_facts" not in out.result
+    fact = f.FilterModule().filters()["preflight_node_result"](out.result, labels)
     assert (fact["host"], fact["rank"], fact["verdict"], fact["ok"], fact["error"]) == ("spark2", 1, "start", True, "")
     assert fact["lines"] == out.result["lines"] and fact["parity"] == out.result["parity"]
     gid = next(c for c in out.result["checks"] if c["name"] == "gid")["facts"]["hcas"]
     assert fact["gid"] == gid and fact["gid"], "the resolved GID per HCA is what the engine's env takes"
-    bad = run_module(module, {**MODULE_ARGS, "hcas": ["mlx5_9"], "fact_name": "preflight_result",
-                              "fact_labels": labels})
-    fact = bad.result["ansible_facts"]["preflight_result"]
+    bad = run_module(module, {**MODULE_ARGS, "hcas": ["mlx5_9"]})
+    fact = f.from_registered(bad.result, labels)
     assert bad.failed and not fact["ok"] and fact["verdict"] == "not read" and "unknown HCA mlx5_9" in fact["error"]
     assert fact["gid"] == {} and fact["host"] == "spark2"
-    assert "ansible_facts" not in run_module(module, MODULE_ARGS).result
+    crashed = f.from_registered({"failed": True, "msg": "MODULE FAILURE"}, labels)
+    assert (crashed["verdict"], crashed["ok"], crashed["error"]) == ("not read", False, "MODULE FAILURE")
+    assert f.from_registered({}, {})["error"] == "node_preflight_info gave no answer"
+    refused = run_module(module, {**MODULE_ARGS, "fact_name": "preflight_result"})
+    assert refused.failed and "fact_name" in refused.result["msg"]
+
+
+def test_the_deprecated_alias_still_sets_the_same_summary_as_a_fact_and_warns(module, alias, monkeypatch):
+    from ansible.module_utils import basic
+    deprecations = []
+    monkeypatch.setattr(basic.AnsibleModule, "deprecate",
+                        lambda self, msg, version=None, **kw: deprecations.append((msg, version)))
+    f = _filters()
+    labels = {"host": "spark2", "rank": 1}
+    new = run_module(module, MODULE_ARGS).result
+    assert deprecations == []
+    old = run_module(alias, {**MODULE_ARGS, "fact_name": "preflight_result", "fact_labels": labels}).result
+    assert old["ansible_facts"]["preflight_result"] == f.from_registered(new, labels)
+    assert {k: v for k, v in old.items() if k != "ansible_facts"} == new
+    bad = run_module(alias, {**MODULE_ARGS, "hcas": ["mlx5_9"], "fact_name": "preflight_result", "fact_labels": labels})
+    assert bad.failed and bad.result["msg"].startswith("node_preflight on ")
+    assert bad.result["ansible_facts"]["preflight_result"]["error"] == bad.result["msg"]
+    assert deprecations[0] == ("node_preflight is now called node_preflight_info (a read-only module returns no "
+                               "ansible_facts); replace the module name, the options and results are the same except "
+                               "fact_name and fact_labels: register the result and build the fact with the "
+                               "preflight_node_result filter.", "2.0.0")
 
 
 # ------------------------------------------------------------------ the parity filter (roles/preflight)

@@ -175,7 +175,7 @@ def world(tmp_path):
 
 def args(state_file, **extra) -> dict:
     return {"state_file": str(state_file), "dispensable": ["grafana", "redis", {"name": "ollama", "action": "stop"}],
-            "protected_images": ["dsv41-3x-spark:local"], **extra}
+            "protected_images": ["dsv41-3x-spark:local"], "protected_names": ["dsv41-head", "dsv41-worker"], **extra}
 
 
 def test_check_mode_reports_the_diff_and_changes_nothing(world):
@@ -244,3 +244,9 @@ def test_a_broken_record_is_reported(world):
     state_file.write_text("{not json")
     out = run_module(MODULE, args(state_file))
     assert out.failed and "is not JSON" in out.result["msg"] and holder["host"].mutations() == []
+
+
+def test_the_protected_names_come_from_the_role(tmp_path):
+    # No built-in container names (issue 25 item 4): the role passes quiesce_protected_containers.
+    out = run_module(MODULE, {"state_file": str(tmp_path / "quiesce.json")})
+    assert out.failed and "missing required arguments: protected_names" in out.result["msg"]
