@@ -79,6 +79,13 @@ def validate(doc: Any, file_name: str | None = None) -> list[str]:
         problems.append("apply.playbook must name a playbook file in playbooks/")
     if apply.get("playbook") and not doc.get("revert"):
         problems.append("a playbook change needs a revert (revert.playbook)")
+    revert = doc.get("revert")
+    if isinstance(revert, dict) and not str(revert.get("playbook") or "").endswith(".yml"):
+        problems.append("revert must name a playbook file in playbooks/ (revert.playbook)")
+    for step_name, step in (("apply", apply), ("revert", revert if isinstance(revert, dict) else {})):
+        tags = step.get("tags")
+        if tags is not None and (not isinstance(tags, list) or not all(isinstance(t, str) and t for t in tags)):
+            problems.append(f"{step_name}.tags must be a list of tag names, not {tags!r}")
     for name in doc["prerequisites"]:
         if not isinstance(name, str):
             problems.append(f"prerequisites must be names, not {name!r}")
@@ -114,18 +121,6 @@ def marker_matches(marker: str, line: str) -> bool:
         return re.search(marker[3:], line) is not None
     return marker in line
 
-
-def playbook_argv(step: Any, ansible_playbook: str, playbook_dir: str, inventory: str, extra_vars: str) -> list[str]:
-    """The argv of the nested ansible-playbook run of an experiment's apply or revert step: the step's
-    playbook (a file in playbook_dir), the inventory, one -e (a JSON string or @file) and the step's
-    tags, if any. A step without a playbook, or with tags that are not strings, is a ValueError."""
-    if not isinstance(step, dict) or not isinstance(step.get("playbook"), str) or not step["playbook"]:
-        raise ValueError(f"the step names no playbook: {step!r}")
-    tags = step.get("tags") or []
-    if not isinstance(tags, list) or not all(isinstance(t, str) and t for t in tags):
-        raise ValueError(f"tags must be a list of names, not {tags!r}")
-    argv = [ansible_playbook, f"{playbook_dir.rstrip('/')}/{step['playbook']}", "-i", inventory, "-e", extra_vars]
-    return argv + (["--tags", ",".join(tags)] if tags else [])
 
 
 def data_yaml(data: Any, comment: str = "") -> str:

@@ -1,8 +1,8 @@
-"""Filter `experiment_playbook_argv`: the nested ansible-playbook command of an experiment's apply or
-revert step (module_utils/experiments.py), for playbooks/rollout.yml; `to_data_yaml`: a variables file
-whose strings are data (every one tagged !unsafe), for the incumbent file the rollout writes.
+"""Filters of the experiment catalog (module_utils/experiments.py): `to_data_yaml`, a variables file whose
+strings are data (every one tagged !unsafe), for the incumbent file the rollout writes; `rollout_trial_phase`,
+how far a trial rollout's run folder got.
 
-    {{ _rollout_exp.apply | experiment_playbook_argv(ansible_playbook, playbook_dir, inventory, '@vars.json') }}
+    {{ _rollout_incumbent | to_data_yaml('written by playbooks/rollout.yml') }}
 """
 from __future__ import annotations
 
@@ -10,20 +10,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "module_utils"))
-from experiments import data_yaml, playbook_argv, trial_phase  # noqa: E402
-
-try:
-    from ansible.errors import AnsibleFilterError
-except ImportError:  # pragma: no cover - the plugin is always loaded by Ansible; tests may import it bare
-    class AnsibleFilterError(ValueError):  # type: ignore[no-redef]
-        pass
-
-
-def experiment_playbook_argv(step, ansible_playbook, playbook_dir, inventory, extra_vars):
-    try:
-        return playbook_argv(step, str(ansible_playbook), str(playbook_dir), str(inventory), str(extra_vars))
-    except ValueError as exc:
-        raise AnsibleFilterError(f"experiment_playbook_argv: {exc}") from None
+from experiments import data_yaml, trial_phase  # noqa: E402
 
 
 def _plain(value):
@@ -41,5 +28,5 @@ def to_data_yaml(data, comment=""):
 
 class FilterModule:
     def filters(self):
-        return {"experiment_playbook_argv": experiment_playbook_argv, "to_data_yaml": to_data_yaml,
+        return {"to_data_yaml": to_data_yaml,
                 "rollout_trial_phase": lambda folder: trial_phase(str(folder))}

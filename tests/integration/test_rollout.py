@@ -216,3 +216,31 @@ def test_rollback_over_a_kept_host_change_refuses_with_the_command_that_reverts_
     finally:
         INCUMBENT.unlink(missing_ok=True)
         shutil.rmtree(folder, ignore_errors=True)
+
+def test_rollback_checks_every_recorded_image_before_reverting_host_changes(testbed, tmp_path):
+    """A rollback asked to revert a kept host change (rollback_revert_host_changes=true) whose restore point
+    names an image a rank no longer has must refuse before the revert runs: reverting the hosts and then
+    failing on the image would leave the fleet half rolled back while the message says nothing changed."""
+    runs = Path(os.environ.get("SPARKFLEET_RUNS_DIR") or ROOT / "runs")
+    name = f"{tmp_path.name}-rollout"
+    folder = runs / name
+    folder.mkdir(parents=True)
+    (folder / "restore-point.json").write_text(json.dumps({
+        "experiment": "quiesce", "incumbent": {"engine_env_incumbent": {}, "engine_env_incumbent_unset": [],
+                                               "incumbent_experiments": []},
+        "ranks": {h: {"host": h, "container": "dsv41-head" if h == "spark1" else "dsv41-worker",
+                      "image_id": "sha256:" + "0" * 64, "image_ref": "x", "env": []}
+                  for h in ("spark1", "spark2", "spark3")}}))
+    kept = "incumbent_experiments: [quiesce]\nengine_env_incumbent: {}\nengine_env_incumbent_unset: []\n"
+    INCUMBENT.write_text(kept)
+    try:
+        back = run_playbook("rollback.yml", extravars={"run": name, "rollback_revert_host_changes": True})
+        assert back.rc != 0
+        assert "no longer has image sha256:" + "0" * 64 in " ".join(back.stdout.split()), back.stdout[-3000:]
+        reverts = [r for r in back.results(task="host change's revert step") if r["_event"] != "runner_on_skipped"]
+        assert not reverts, reverts
+        assert not list(Path(back.run_dir).glob("revert-*")), sorted(os.listdir(back.run_dir))
+        assert INCUMBENT.read_text() == kept
+    finally:
+        INCUMBENT.unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)

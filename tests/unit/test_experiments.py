@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible.module_utils.experiments import marker_matches, missing_prerequisites, playbook_argv, validate
+from ansible.module_utils.experiments import marker_matches, missing_prerequisites, validate
 
 CATALOG = Path(__file__).resolve().parents[2] / "experiments"
 REQUIRED = {"pack_engram", "quiesce", "autotune_keep", "folded_fence", "wo_a_w8", "wo_a_w8_mid",
@@ -68,20 +68,26 @@ def test_markers():
     assert not marker_matches("[block_verify] armed", "block verify armed")
 
 
-def test_playbook_argv_of_apply_and_revert_steps():
-    step = {"playbook": "engram_aside.yml", "vars": {"a": 1}, "tags": ["aside", "verify"]}
-    assert playbook_argv(step, "/venv/bin/ansible-playbook", "/repo/playbooks/", "inv/testbed", "@/run/apply-vars.json") == [
-        "/venv/bin/ansible-playbook", "/repo/playbooks/engram_aside.yml", "-i", "inv/testbed",
-        "-e", "@/run/apply-vars.json", "--tags", "aside,verify"]
-    untagged = playbook_argv({"playbook": "rollback.yml"}, "ap", "/p", "inv", '{"x": 2}')
-    assert untagged == ["ap", "/p/rollback.yml", "-i", "inv", "-e", '{"x": 2}']
+@pytest.mark.parametrize("revert, problem", [
+    ("rollback.yml", "'revert' must be dict"), ({}, "revert must name a playbook"),
+    ({"playbook": "site"}, "revert must name a playbook"),
+    ({"playbook": "site.yml", "tags": "quiesce"}, "revert.tags must be a list"),
+    ({"playbook": "site.yml", "tags": ["ok", 3]}, "revert.tags must be a list"),
+    ({"playbook": "site.yml", "tags": [""]}, "revert.tags must be a list")])
+def test_a_revert_step_that_cannot_run_is_a_problem(revert, problem):
+    doc = good()
+    doc["apply"] = {"playbook": "site.yml", "tags": ["quiesce"]}
+    doc["revert"] = revert
+    assert any(problem in p for p in validate(doc, doc["name"])), validate(doc, doc["name"])
 
 
-@pytest.mark.parametrize("step", [None, {}, {"playbook": ""}, {"playbook": "a.yml", "tags": "aside"},
-                                  {"playbook": "a.yml", "tags": ["ok", 3]}])
-def test_playbook_argv_rejects_a_step_it_cannot_run(step):
-    with pytest.raises(ValueError):
-        playbook_argv(step, "ap", "/p", "inv", "{}")
+def test_apply_tags_must_be_names():
+    doc = good()
+    doc["apply"] = {"playbook": "site.yml", "tags": "quiesce"}
+    doc["revert"] = {"playbook": "site.yml", "tags": ["quiesce"]}
+    assert any("apply.tags must be a list" in p for p in validate(doc, doc["name"]))
+    doc["apply"]["tags"] = ["quiesce"]
+    assert validate(doc, doc["name"]) == []
 
 
 # --- ready ladders (issue 20 item 9) ------------------------------------------------------------------
