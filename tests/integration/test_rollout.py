@@ -188,10 +188,9 @@ def test_ladder_keeps_its_winners_as_a_verified_combination(serving_fleet):
     assert "DSV41_VERIFY_CAP" in kept and "DSPARK_BLOCK_SIZE" not in kept and run.rc == 0
 
 
-def test_rollback_over_a_kept_host_change_refuses_with_the_command_that_reverts_it(testbed, tmp_path):
-    """Issue 20 item 4: quiesce (a host change: site.yml --tags quiesce) is kept now but was not at the run's
-    restore point; booting the older env cannot undo it, so the rollback refuses before touching a host,
-    names the command that runs the revert, and leaves the incumbent file as it is."""
+def quiesce_kept_since(tmp_path) -> tuple[str, Path, str]:
+    """A rollout run whose restore point predates a kept quiesce (a host change), with an image no rank has
+    (sha256:0...), and the incumbent file that keeps quiesce now: (run name, its folder, the incumbent text)."""
     runs = Path(os.environ.get("SPARKFLEET_RUNS_DIR") or ROOT / "runs")
     name = f"{tmp_path.name}-rollout"
     folder = runs / name
@@ -204,6 +203,14 @@ def test_rollback_over_a_kept_host_change_refuses_with_the_command_that_reverts_
                   for h in ("spark1", "spark2", "spark3")}}))
     kept = "incumbent_experiments: [quiesce]\nengine_env_incumbent: {}\nengine_env_incumbent_unset: []\n"
     INCUMBENT.write_text(kept)
+    return name, folder, kept
+
+
+def test_rollback_over_a_kept_host_change_refuses_with_the_command_that_reverts_it(testbed, tmp_path):
+    """Issue 20 item 4: quiesce (a host change: site.yml --tags quiesce) is kept now but was not at the run's
+    restore point; booting the older env cannot undo it, so the rollback refuses before touching a host,
+    names the command that runs the revert, and leaves the incumbent file as it is."""
+    name, folder, kept = quiesce_kept_since(tmp_path)
     try:
         back = run_playbook("rollback.yml", extravars={"run": name})
         assert back.rc != 0
@@ -221,18 +228,7 @@ def test_rollback_checks_every_recorded_image_before_reverting_host_changes(test
     """A rollback asked to revert a kept host change (rollback_revert_host_changes=true) whose restore point
     names an image a rank no longer has must refuse before the revert runs: reverting the hosts and then
     failing on the image would leave the fleet half rolled back while the message says nothing changed."""
-    runs = Path(os.environ.get("SPARKFLEET_RUNS_DIR") or ROOT / "runs")
-    name = f"{tmp_path.name}-rollout"
-    folder = runs / name
-    folder.mkdir(parents=True)
-    (folder / "restore-point.json").write_text(json.dumps({
-        "experiment": "quiesce", "incumbent": {"engine_env_incumbent": {}, "engine_env_incumbent_unset": [],
-                                               "incumbent_experiments": []},
-        "ranks": {h: {"host": h, "container": "dsv41-head" if h == "spark1" else "dsv41-worker",
-                      "image_id": "sha256:" + "0" * 64, "image_ref": "x", "env": []}
-                  for h in ("spark1", "spark2", "spark3")}}))
-    kept = "incumbent_experiments: [quiesce]\nengine_env_incumbent: {}\nengine_env_incumbent_unset: []\n"
-    INCUMBENT.write_text(kept)
+    name, folder, kept = quiesce_kept_since(tmp_path)
     try:
         back = run_playbook("rollback.yml", extravars={"run": name, "rollback_revert_host_changes": True})
         assert back.rc != 0
