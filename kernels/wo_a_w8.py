@@ -573,7 +573,9 @@ def _after_wg(m: int, groups: int, device: torch.device) -> str:
 # there). Not applied without the weight (DROP: then the fp8 path runs, slower from 33 rows on), nor
 # elsewhere (GB10 is byte-bound: the twin's half-size read is the point). 1..16 rows run the gluon ring
 # kernel (round 6) and 17..32 the wide path (issue 26), faster than the einsum there for G=2 and G=4;
-# above MID_MAX_M the einsum path runs anyway. Entries: (first M, last M, groups or None for any).
+# above MID_MAX_M the einsum path runs anyway. Issue 26, fifth session: the wg path beat the einsum by 1-6%
+# at 48/64 rows (G=2; G=4 64 rows) across three H200 runs and lost at 96..192 (0.67-0.90x), so the range
+# stays. Entries: (first M, last M, groups or None for any).
 EINSUM_FASTER: dict[str, tuple[tuple[int, int, int | None], ...]] = {"H200": ((33, MID_MAX_M, None),)}
 
 
