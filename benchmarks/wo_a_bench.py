@@ -307,6 +307,8 @@ def measure(groups, ms, sets, replays, repeats, gen, twins, w_bf16, xs_all, conf
             used = K.wide_config(m, groups, R, D)
         elif cfg is None and path == "tc":
             used = K.tc_config(m, groups, R, D)
+        elif cfg is None and path == "wg":
+            used = K.wg_config(m, groups, R, D)
         elif cfg is None and path == "einsum":  # prefill without the bf16 weight: bf16 scratch + cuBLAS
             used = None
         else:
@@ -323,6 +325,13 @@ def measure(groups, ms, sets, replays, repeats, gen, twins, w_bf16, xs_all, conf
             for c in (plain, replace(used, pdl=False)):  # PDL gives the plain launch's bits
                 plain_eager = K.wo_a(xs[0], twins[0], config=c).view(torch.int16)
                 row["graph_matches_eager"] &= bool(torch.equal(plain_eager, eager[0].view(torch.int16)))
+        if isinstance(used, K.WgConfig) and used.pdl:  # the wg tiling as a plain launch: the same bits
+            plain = replace(used, pdl=False)
+            plain_fns = [lambda i=i: K.wo_a(xs[i], twins[i], out=outs[i], config=plain) for i in range(sets)]
+            row["plain_launch_us"] = graph_time_us(plain_fns, replays, repeats)
+            row["plain_launch_config"] = asdict(plain)
+            plain_eager = K.wo_a(xs[0], twins[0], config=plain).view(torch.int16)
+            row["graph_matches_eager"] &= bool(torch.equal(plain_eager, eager[0].view(torch.int16)))
         rows.append(row)
     return rows
 
@@ -557,7 +566,7 @@ def markdown(result: dict) -> str:
              "without PDL (us) | pure fp8 read (us; PDL) | rel err vs fp64 | deterministic | config "
              "(m,r,k,split,warps,stages; gluon: rows,tokens,warps,K blocks; ring: rows,tokens,warps,K blocks "
              "per stage,stages[,pdl][,rows x2: two warps along the rows share x]; tc: tokens,rows,K,split,warps,"
-             "stages,operand order) |",
+             "stages,operand order; wg: rows,tokens,K,split,warps,stages[,pdl]) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         c = r["config"]
@@ -569,6 +578,9 @@ def markdown(result: dict) -> str:
             cfg_text = (f"tc {c['block_t']},{c['block_r']},{c['block_k']},{c['split_k']},{c['num_warps']},"
                         f"{c['num_stages']},{'W as A' if c['w_as_a'] else 'x as A'}"
                         f"{',per 32-K dot' if c.get('sub_blocks') else ''}")
+        elif c.get("kind") == "WgConfig":
+            cfg_text = (f"wg {c['block_r']},{c['block_n']},{c['block_k']},{c['split_k']},{c['num_warps']},"
+                        f"{c['stages']}{',pdl' if c.get('pdl') else ''}")
         elif c.get("kind") == "RingConfig":
             cfg_text = (f"ring {c['block_r']},{c['block_m']},{c['num_warps']},{c['sb']},{c['stages']}"
                         f"{',pdl' if c.get('pdl') else ''}{',rows x2' if c.get('row_warps', 1) == 2 else ''}")

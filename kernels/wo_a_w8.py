@@ -25,7 +25,9 @@ weight (DROP) dequantises one group at a time into a bounded scratch and multipl
 (:func:`dequantize_group`); a kernel that cannot compile or launch on a GPU is logged once and the
 next path serves. On GPUs where the bf16 einsum measured faster (:data:`EINSUM_FASTER`) a caller that
 passes the bf16 weight gets the einsum for those rows. Every path accumulates in fp32 in a fixed
-order: results are bitwise reproducible run to run. Measurements: docs/kernels.md.
+order: results are bitwise reproducible run to run. Issue 26, fifth session: on sm_90 GPUs the rows of
+:data:`WG_TABLE` run ``wg`` (kernels/wo_a_wg.py: a Gluon wgmma kernel fed by a TMA/mbarrier ring), also
+prefill rows without the bf16 weight. Measurements: docs/kernels.md.
 
 This package imports nothing from the project: it ships as a plain package in the engine image.
 """
@@ -44,7 +46,9 @@ import triton.language as tl
 
 from . import wo_a_gluon as _gluon
 from . import wo_a_tc as _tc
+from . import wo_a_wg as _wg
 from .wo_a_gluon import GluonConfig, RingConfig
+from .wo_a_wg import WgConfig
 from .wo_a_tc import TcConfig, exponent_words, mma_step, store_tile, tile_origin, token_ptrs, weight_ptrs
 
 __all__ = [
@@ -70,7 +74,10 @@ __all__ = [
     "tc_config",
     "twin_from_checkpoint",
     "twin_weights",
+    "WG_TABLE",
+    "WgConfig",
     "WIDE_MAX_M",
+    "wg_config",
     "wide_config",
     "wo_a",
 ]
@@ -527,7 +534,8 @@ def _sm_count(device: torch.device) -> int:
 def select_path(m: int, groups: int, device: torch.device | str = "cuda") -> str:
     """``"gluon"`` (1..16 rows on an sm_89+ GPU), ``"wide"`` (17..WIDE_MAX_M rows there: the ring kernel
     with 32/64-token tiles), ``"tc"`` (the rows of :data:`TC_TABLE`: tensor-core tiles, one launch),
-    ``"small"`` (1..8 rows), ``"mid"`` (9..192 rows) or ``"einsum"`` (prefill, or no GPU; without the
+    ``"wg"`` (the rows of :data:`WG_TABLE` on sm_90: the Gluon wgmma kernel; above MID_MAX_M only
+    without the bf16 weight), ``"small"`` (1..8 rows), ``"mid"`` (9..192 rows) or ``"einsum"`` (prefill, or no GPU; without the
     bf16 weight it dequantises into a scratch freed with the call: :func:`prefill`).
 
     Any group count is accepted: TP3 runs G=4 (the stock guard only took G=2)."""
@@ -540,6 +548,13 @@ def select_path(m: int, groups: int, device: torch.device | str = "cuda") -> str
         return "gluon"
     if m <= _wide_max_m(groups, device) and _gluon.available(device) and not _failed("wide", device):
         return "wide"
+    if _wg_entry(m, groups) is not None and _wg.available(device) and not _failed("wg", device):
+        return "wg"
+    return _after_wg(m, groups, device)
+
+
+def _after_wg(m: int, groups: int, device: torch.device) -> str:
+    """The path below ``wg`` (tc, mid, small or einsum): where wg cannot run or take this x."""
     if _tc_entry(m, groups) is not None and not _failed("tc", device):
         return "tc"
     if _failed("mid", device):
@@ -558,7 +573,9 @@ def select_path(m: int, groups: int, device: torch.device | str = "cuda") -> str
 # there). Not applied without the weight (DROP: then the fp8 path runs, slower from 33 rows on), nor
 # elsewhere (GB10 is byte-bound: the twin's half-size read is the point). 1..16 rows run the gluon ring
 # kernel (round 6) and 17..32 the wide path (issue 26), faster than the einsum there for G=2 and G=4;
-# above MID_MAX_M the einsum path runs anyway. Entries: (first M, last M, groups or None for any).
+# above MID_MAX_M the einsum path runs anyway. Issue 26, fifth session: the wg path beat the einsum by 1-6%
+# at 48/64 rows (G=2; G=4 64 rows) across three H200 runs and lost at 96..192 (0.67-0.90x), so the range
+# stays. Entries: (first M, last M, groups or None for any).
 EINSUM_FASTER: dict[str, tuple[tuple[int, int, int | None], ...]] = {"H200": ((33, MID_MAX_M, None),)}
 
 
@@ -624,6 +641,41 @@ TC_TABLE: dict[int, tuple[tuple[int, int, TcConfig], ...]] = {
 # batched GEMM runs, instead of one group at a time (same sweep; H200): G=2 193..512 rows (26.08 us vs
 # 32.00), G=4 from 193 rows on (512: 44.40 vs 60.78; 1024: 67.91 vs 73.80). G=2 at 1024 rows: within 1%.
 PREFILL_BATCHED: dict[int, tuple[tuple[int, int | None], ...]] = {2: ((193, 512),), 4: ((193, None),)}
+
+
+# Issue 26, fifth session: the wg path (kernels/wo_a_wg.py, sm_90 only): per group count (other G: the G=4
+# entry), inclusive M ranges (None: no upper end) and the tiling. Chosen by benchmarks/wo_a_wg_sweep.py
+# (choose_wg_table, from docs/measurements/wo_a_issue26_wg_sweep.json; H200, 8 rotated weight sets, CUDA-graph
+# replay): a range runs wg where its best tiling beat the installed path by more than 5% in the same run. Above
+# MID_MAX_M rows it serves only callers without the bf16 weight (prefill after DROP; with the weight the
+# einsum is faster there). G=2: 33..64 rows 9.2 us (tc 11.0), 65..128 11.4 (mid/tc 14.8-15.2), 129..192
+# 15.8 (tc 18.2), 193..512 22.6 (prefill 25.8); 1024 rows stay on the prefill (38.0 vs 39.2, within 5%).
+# G=4: 33..64 12.8 (tc 15.0-15.2), 65..128 15.9-16.1 (tc 20.9-21.3), 129..192 23.1 (tc 29.4), 193..512 38.2
+# (prefill 46.8), 513.. 58.0 without PDL (prefill 73.6; the PDL launch 59.8).
+WG_TABLE: dict[int, tuple[tuple[int, int | None, WgConfig], ...]] = {
+    2: ((33, 64, WgConfig(64, 64, 128, 4, 4, 6)),
+        (65, 128, WgConfig(64, 128, 128, 4, 4, 4)),
+        (129, 192, WgConfig(64, 128, 128, 2, 4, 4)),
+        (193, 512, WgConfig(64, 128, 128, 1, 4, 4))),
+    4: ((33, 64, WgConfig(64, 64, 128, 2, 4, 6)),
+        (65, 128, WgConfig(64, 128, 128, 2, 4, 4)),
+        (129, 192, WgConfig(64, 128, 128, 1, 4, 4)),
+        (193, 512, WgConfig(64, 256, 64, 1, 4, 4)),
+        (513, None, WgConfig(128, 256, 64, 1, 8, 4, pdl=False))),
+}
+
+
+def _wg_entry(m: int, groups: int) -> WgConfig | None:
+    table = WG_TABLE.get(groups, WG_TABLE.get(4, ()))
+    return next((c for lo, hi, c in table if lo <= m and (hi is None or m <= hi)), None)
+
+
+def wg_config(m: int, groups: int, rows: int, cols: int) -> WgConfig:
+    """The wg path's tiling for M rows (:data:`WG_TABLE`); ValueError where none tiles R x D."""
+    cfg = _wg_entry(m, groups)
+    if cfg is None or not cfg.fits(rows, cols):
+        raise ValueError(f"no wg tiling for M={m}, G={groups}, R={rows}, D={cols}")
+    return cfg
 
 
 def _tc_entry(m: int, groups: int) -> TcConfig | None:
@@ -713,7 +765,7 @@ def default_config(m: int, groups: int, rows: int, cols: int, device: torch.devi
     path = select_path(m, groups, device)
     if path == "einsum":
         raise ValueError(f"M={m} runs on the einsum path, no kernel configuration")
-    if path in ("gluon", "wide", "tc"):  # the Triton configuration of the same rows (their fallback)
+    if path in ("gluon", "wide", "wg", "tc"):  # the Triton configuration of the same rows (their fallback)
         if m > MID_MAX_M:
             raise ValueError(f"M={m} falls back to the einsum path, no kernel configuration")
         path = "small" if m <= SMALL_MAX_M else "mid"
@@ -848,8 +900,37 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
         _check_out(out, x, twin)
     m, g, d = x.shape
     chosen = path or select_path(m, g, x.device)
-    if chosen not in ("gluon", "wide", "tc", "small", "mid", "einsum"):
+    if chosen not in ("gluon", "wide", "wg", "tc", "small", "mid", "einsum"):
         raise ValueError(f"unknown path {chosen!r}")
+    wg_cfg, explicit_wg = None, False
+    if chosen == "wg" and path is None and config is not None and not isinstance(config, WgConfig):
+        chosen = _after_wg(m, g, x.device)  # another path's configuration for the wg rows
+    if isinstance(config, WgConfig) or chosen == "wg":
+        if config is not None and not isinstance(config, WgConfig):
+            raise ValueError("the wg path takes a WgConfig")
+        if path not in (None, "wg"):
+            raise ValueError(f"a WgConfig runs on the wg path, not {chosen!r}")
+        explicit = explicit_wg = path is not None or config is not None
+        if explicit and not _wg.available(x.device):
+            raise ValueError("the wg path needs an sm_90 GPU (wgmma, TMA) and Triton with Gluon's Hopper module")
+        if not explicit and m > MID_MAX_M and weight is not None:
+            chosen = "einsum"  # prefill with the bf16 weight held: the stock einsum is faster
+        else:
+            try:
+                wg_cfg = config or wg_config(m, g, twin.rows, d)
+                if not wg_cfg.fits(twin.rows, d):
+                    raise ValueError(f"{wg_cfg} does not tile R={twin.rows}, D={d}")
+                if not _wg.wg_ok(x, twin):
+                    raise ValueError("the wg path needs x 16-byte aligned with contiguous groups and a token stride "
+                                     f"that is a multiple of 8 elements, and block exponents up to "
+                                     f"{_gluon.RING_EXP_MAX}")
+                chosen = "wg"
+            except ValueError:
+                if explicit:
+                    raise
+                chosen = _after_wg(m, g, x.device)
+                wg_cfg = None
+        config = None if isinstance(config, WgConfig) else config
     if isinstance(config, TcConfig):
         if path not in (None, "tc"):
             raise ValueError(f"a TcConfig runs on the tc path, not {chosen!r}")
@@ -915,9 +996,9 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
             chosen = "mid" if m <= MID_MAX_M else "einsum"
     if path is None and chosen in ("small", "mid") and _failed("mid", x.device):
         chosen = "einsum"  # gluon/wide fell back to a Triton kernel that already failed here
-    if path is None and chosen not in ("gluon", "wide") and d % _K_WORD:
+    if path is None and chosen not in ("gluon", "wide", "wg") and d % _K_WORD:
         chosen = "einsum"  # the kernels tile K by 128 (exponents read as int32 words)
-    if path is None and weight is not None and chosen != "einsum" and config is None \
+    if path is None and weight is not None and chosen != "einsum" and config is None and not explicit_wg \
             and einsum_is_faster(m, x.device, g):
         if weight.dtype != torch.bfloat16 or tuple(weight.shape) != tuple(twin.values.shape):
             raise ValueError(f"weight must be bf16 {tuple(twin.values.shape)}, "
@@ -942,13 +1023,15 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
             return _gluon.launch(x, twin, out, gluon_cfg)
         if chosen == "wide":
             return _launch_wide(x, twin, out, wide_cfg)
+        if chosen == "wg":
+            return _wg.launch(x, twin, out, wg_cfg)
         if chosen == "tc":
             return _tc.launch(x, twin.values, twin.exponents, twin.semaphores, out, tc_cfg)
         return _launch(x, twin, cfg, out)
     except ValueError:
         raise
     except Exception as exc:  # a kernel that does not compile or launch here: log once, next path
-        if path is not None or config is not None:
+        if path is not None or config is not None or explicit_wg:
             raise
         _mark_failed("mid" if chosen == "small" else chosen, x.device, exc)
         return wo_a(x, twin, weight, out=out)

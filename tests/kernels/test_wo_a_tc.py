@@ -99,6 +99,7 @@ def test_tc_bad_configs_raise_value_error(gen):
 @needs_kernels
 def test_dispatcher_runs_tc_rows_and_matches_fp64(monkeypatch, gen):
     """Rows in TC_TABLE take the tc path (G=2 here; other G use the G=4 entries) at the test shape."""
+    monkeypatch.setattr(K._wg, "available", lambda device: False)  # the paths below wg (issue 26, fifth session)
     monkeypatch.setattr(K._gluon, "available", lambda device: False)
     lo, hi, _ = K.TC_TABLE[2][0]
     assert K.select_path(lo, 2, DEVICE) == "tc" and K.select_path(hi, 2, DEVICE) == "tc"
@@ -119,6 +120,7 @@ def test_dispatcher_runs_tc_rows_and_matches_fp64(monkeypatch, gen):
 def test_tc_kernel_that_cannot_run_falls_back_once(monkeypatch, gen, caplog):
     """A tc kernel that raises at compile or launch is logged once; the rows run mid from then on (an
     explicit path= still raises)."""
+    monkeypatch.setattr(K._wg, "available", lambda device: False)  # the paths below wg (issue 26, fifth session)
     monkeypatch.setattr(K._gluon, "available", lambda device: False)
     monkeypatch.setattr(K, "_FAILED", {})
     lo = K.TC_TABLE[2][0][0]
@@ -213,9 +215,11 @@ def test_tc_table_full_shape(groups, gen):
 
 @needs_gpu
 @pytest.mark.parametrize("groups, m", [(2, 512), (4, 300), (4, 1024)])
-def test_batched_prefill_full_shape(groups, m, gen):
+def test_batched_prefill_full_shape(groups, m, gen, monkeypatch):
     """The batched prefill (one dequantise launch, one batched GEMM) is within bf16 rounding of fp64,
-    reproducible bit for bit, and what the dispatcher runs without the weight where PREFILL_BATCHED says."""
+    reproducible bit for bit, and what the dispatcher runs without the weight where PREFILL_BATCHED says
+    (and where the wg path is not installed or cannot run)."""
+    monkeypatch.setattr(K._wg, "available", lambda device: False)  # the paths below wg (issue 26, fifth session)
     twin = random_twin(groups, 1024, 4096, gen)
     x = _x(m, groups, 4096, gen, False)
     y = torch.full((m, groups, 1024), float("nan"), dtype=torch.bfloat16, device=DEVICE)

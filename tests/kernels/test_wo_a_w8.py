@@ -218,7 +218,8 @@ def test_dispatcher_matches_fp64_reference(groups, m, gen):
     gluon = K._gluon.available(DEVICE)
     wide = gluon and K._gluon.MAX_M < m <= K._wide_max_m(groups, torch.device(DEVICE))
     tc = K._tc_entry(m, groups) is not None
-    want = "gluon" if gluon and m <= K._gluon.MAX_M else "wide" if wide else "tc" if tc else \
+    wg = K._wg.available(DEVICE) and K._wg_entry(m, groups) is not None  # odd x: wg then runs the next path
+    want = "gluon" if gluon and m <= K._gluon.MAX_M else "wide" if wide else "wg" if wg else "tc" if tc else \
         "small" if m <= 8 else "mid"
     assert K.select_path(m, groups, DEVICE) == want
     assert_close_to_fp64(y, x, w, gen.initial_seed())
@@ -267,7 +268,8 @@ def test_full_shape_g4(m, gen):
     assert_close_to_fp64(y, x, K.dequantize(twin), gen.initial_seed())
 
 
-def test_einsum_path_for_prefill_and_without_gpu(gen):
+def test_einsum_path_for_prefill_and_without_gpu(monkeypatch, gen):
+    monkeypatch.setattr(K._wg, "available", lambda device: False)  # the paths below wg (issue 26, fifth session)
     twin = random_twin(4, R_SMALL, D_SMALL, gen)
     w = K.dequantize(twin)
     m = K.MID_MAX_M + 1
@@ -284,6 +286,7 @@ def test_einsum_path_for_prefill_and_without_gpu(gen):
 
 
 def test_select_path_boundaries(monkeypatch):
+    monkeypatch.setattr(K._wg, "available", lambda device: False)  # the paths below wg (issue 26, fifth session)
     monkeypatch.setattr(K._gluon, "available", lambda device: False)  # the Triton paths' boundaries
     assert [K.select_path(m, 4, "cuda") for m in (1, 8, 9, 96, 192, 193, 4096)] == \
         ["small", "small", "mid", *("tc" if K._tc_entry(m, 4) else "mid" for m in (96, 192)), "einsum", "einsum"]
@@ -403,6 +406,7 @@ def test_kernel_that_cannot_run_falls_back_once(monkeypatch, gen, caplog):
     """A kernel failing to compile or launch (a GPU that cannot be measured here) is logged once and the
     dispatcher uses the next path, with a correct result; an explicit path still raises."""
     monkeypatch.setattr(K, "_FAILED", {})
+    monkeypatch.setattr(K._wg, "available", lambda device: False)  # the paths below wg (issue 26, fifth session)
     calls = []
 
     def broken(*args, **kwargs):

@@ -87,9 +87,15 @@ def test_installed_wide_table_is_the_measured_one(sweep_rows):
 def test_wide_dispatch_and_einsum_preference_on_the_h200(monkeypatch):
     """With the installed tables: 17..32 rows run wide at G=2 and G=4, 33..192 the tc path (TC_TABLE)
     or mid (G=2 65..96), more the prefill path; a caller holding the bf16 weight gets the
-    einsum exactly where it measured faster (33+ rows)."""
+    einsum exactly where it measured faster (33+ rows). On sm_90 (issue 26, fifth session) 33..192 rows and
+    the prefill rows of WG_TABLE run wg instead."""
     monkeypatch.setattr(GL, "available", lambda device: True)
     ms = (16, 17, 24, 32, 33, 48, 49, 64, 65, 128, 129, 192, 193)
+    monkeypatch.setattr(K._wg, "available", lambda device: True)
+    monkeypatch.setattr(K, "_FAILED", {})
+    for g in (2, 4):
+        assert [K.select_path(m, g, "cuda") for m in ms] == ["gluon", "wide", "wide", "wide"] + ["wg"] * 9
+    monkeypatch.setattr(K._wg, "available", lambda device: False)  # other GPUs: the tables below wg
     assert [K.select_path(m, 2, "cuda") for m in ms] == \
         ["gluon", "wide", "wide", "wide", "tc", "tc", "tc", "tc", "mid", "tc", "tc", "tc", "einsum"]
     assert [K.select_path(m, 4, "cuda") for m in ms] == \
@@ -106,6 +112,7 @@ def test_apply_wide_table_installs_a_sweep_table(monkeypatch, sweep_rows):
     monkeypatch.setattr(K, "WIDE_MAX_M", {})
     monkeypatch.setattr(K, "EINSUM_FASTER", {})
     monkeypatch.setattr(GL, "available", lambda device: True)
+    monkeypatch.setattr(K._wg, "available", lambda device: False)
     B.apply_wide_table(json.loads(json.dumps(S.choose_table(sweep_rows))))  # through JSON: string keys
     assert K.WIDE_MAX_M == {2: 32, 4: 32} and set(K.WIDE_TABLE) == {2, 4}
     assert [K.select_path(m, 4, "cuda") for m in (32, 33)] == ["wide", "tc" if K._tc_entry(33, 4) else "mid"]
