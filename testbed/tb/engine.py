@@ -37,11 +37,11 @@ ENGINES = ("standin", "docker")
 DAEMON_TOOLS = {"/usr/sbin/dockerd": "docker.io", "/usr/bin/docker": "docker.io", "/usr/bin/containerd": "containerd",
                 "/usr/sbin/runc": "runc"}
 # Bumped when what goes into a root filesystem changes: the cached tarballs are rebuilt.
-ROOTFS_RECIPE = 1
+ROOTFS_RECIPE = 2
 PYTHON_SKIP = ("test", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepip", "pydoc_data", "distutils",
                "site-packages", "dist-packages")
-TINY_BINARIES = ("/bin/sleep", "/bin/sh", "/bin/cat", "/bin/true")
-BASE_BINARIES = TINY_BINARIES + ("/bin/ls", "/usr/bin/env", "/bin/rm", "/bin/mkdir")
+TINY_BINARIES = ("/bin/sleep", "/bin/sh", "/bin/cat", "/bin/true", "/bin/ls")
+BASE_BINARIES = TINY_BINARIES + ("/usr/bin/env", "/bin/rm", "/bin/mkdir")
 DAEMON_START_S = 60.0
 
 
