@@ -25,6 +25,7 @@ Node and one verdict order, and read best side by side.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import ipaddress
 import json
 import os
@@ -637,7 +638,7 @@ def parity_facts(node: Node, checks: dict) -> dict:
     swap_kb = fact("swap", "total_kb")
     locked = fact("clocks", "locked")
     gids = fact("gid", "hcas") or {}
-    nccl, image_id = None, None
+    nccl, image_id, image_key = None, None, None
     rc, out, err = node.command("image")
     if rc == 0:
         try:
@@ -645,6 +646,7 @@ def parity_facts(node: Node, checks: dict) -> dict:
             env = dict(e.split("=", 1) for e in (image.get("Config") or {}).get("Env") or [] if "=" in e)
             nccl = env.get("NCCL_VERSION") or (image.get("Config") or {}).get("Labels", {}).get("nccl.version")
             image_id = image.get("Id")
+            image_key = image_identity(image)
         except (ValueError, IndexError, AttributeError, TypeError):
             pass
     return {
@@ -652,13 +654,36 @@ def parity_facts(node: Node, checks: dict) -> dict:
         "driver": driver,
         "firmware": firmware,
         "nccl": nccl,
-        "image": image_id[:19] if image_id else None,
+        "image": image_key,
+        "image_id": image_id[:19] if image_id else None,
         "swap": None if swap_kb is None else ("off" if swap_kb == 0 else f"{swap_kb // 1024} MiB"),
         "clocks": None if "clocks" not in checks else (f"{locked[0]}-{locked[1]} MHz" if locked else "unlocked"),
         "fragmentation": fact("fragmentation", "gate"),
         "gid_index": ", ".join(f"{n}:{r['index']}" for n, r in sorted(gids.items())) or None,
         "kho": None if "kho" not in checks else ("off" if fact("kho", "kho_off") else "on"),
     }
+
+
+# What an image runs, as `docker image inspect` shows it under Config: equal for one recipe built on every node.
+IMAGE_CONFIG_KEYS = ("Env", "Entrypoint", "Cmd", "WorkingDir", "User", "Labels", "ExposedPorts", "Volumes")
+
+
+def image_identity(image: dict) -> str | None:
+    """The engine image as the parity table compares it across ranks: a digest of what it runs (Config's env,
+    entrypoint, command, working dir, user, labels, ports, volumes), its base layer and its number of layers.
+    Not the image id: every node `docker build`s the recipe itself, and the id (like each COPY layer, whose folders
+    carry the build time) differs between nodes for the same recipe. Files copied into the image are checked where
+    they matter (the adapter bundle's manifest, sha256 per file)."""
+    if not image.get("Id"):
+        return None
+    config = image.get("Config") or {}
+    layers = (image.get("RootFS") or {}).get("Layers") or []
+    wanted = {key: config.get(key) for key in IMAGE_CONFIG_KEYS}
+    wanted["Env"] = sorted(wanted["Env"] or [])
+    wanted["base_layer"] = layers[0] if layers else None
+    wanted["layers"] = len(layers)
+    digest = hashlib.sha256(json.dumps(wanted, sort_keys=True).encode()).hexdigest()
+    return f"config:{digest[:12]}"
 
 
 def preflight(request: Request, paths: Paths = Paths(), run: Runner = default_runner) -> dict:

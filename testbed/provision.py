@@ -18,6 +18,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import time
 
 TESTBED = "/usr/lib/sparkfleet-testbed"
 UNIT_DIR = "/etc/systemd/system"
@@ -155,17 +156,16 @@ IMAGES = "/usr/lib/sparkfleet-testbed-state/images"
 
 
 def real_images(spec: dict, checkout: str) -> None:
-    """The engine's base image imported from a local root filesystem (the rank simulator inside, one layer: vfs
-    copies every layer of every build step), then the recipe's image built from the operator's checkout with
+    """The engine's base image imported from a local root filesystem (the rank simulator inside, one layer), then the recipe's image built from the operator's checkout with
     `docker build` exactly as the recipe builds it; a tiny image for the sleepers."""
     changes = [f"ENV {item}" for item in ENGINE_ENV]
     changes += ["LABEL " + " ".join(f"{k}={json.dumps(v)}" for k, v in ENGINE_LABELS.items()),
                 "WORKDIR /sgl-workspace", 'CMD ["python3", "-m", "engine.sim", "--help"]']
-    sh("docker", "import", *[arg for change in changes for arg in ("--change", change)],
-       f"{IMAGES}/rootfs-engine.tar", "lmsysorg/sglang:dev-dsv41")
-    sh("docker", "import", "--change", 'CMD ["sleep", "infinity"]', f"{IMAGES}/rootfs-tiny.tar",
-       "sparkfleet/sleeper:latest")
-    sh("docker", "build", "-q", "-t", "dsv41-3x-spark:local", checkout)
+    step("import engine base", sh, "docker", "import", *[arg for change in changes for arg in ("--change", change)],
+         f"{IMAGES}/rootfs-engine.tar", "lmsysorg/sglang:dev-dsv41")
+    step("import sleeper", sh, "docker", "import", "--change", 'CMD ["sleep", "infinity"]', f"{IMAGES}/rootfs-tiny.tar",
+         "sparkfleet/sleeper:latest")
+    step("build dsv41-3x-spark:local", sh, "docker", "build", "-q", "-t", "dsv41-3x-spark:local", checkout)
 
 
 def real_weights_volume(spec: dict) -> None:
@@ -279,24 +279,40 @@ def autotune_caches(spec: dict) -> None:
         write(path, json.dumps(sim_autotune.tactics(kind, spec["autotune_seed"]), indent=1), owner=spec["user"])
 
 
+STARTED = time.monotonic()
+
+
+def step(name: str, func, *args):
+    """Run one provisioning step; its time goes to provision.log (the profile of `up`)."""
+    began = time.monotonic()
+    result = func(*args)
+    print(f"{spec_name}: {name} {time.monotonic() - began:.2f} s (at {time.monotonic() - STARTED:.2f} s)", flush=True)
+    return result
+
+
+spec_name = "?"
+
+
 def main() -> None:
+    global spec_name
     spec = json.loads(sys.argv[1])
+    spec_name = spec["name"]
     with open("/run/testbed/gpu.json", "w") as fh:
         json.dump({"driver_version": spec["driver"]} if spec.get("driver") else {}, fh)
-    users(spec)
-    checkout = recipe_checkout(spec)
-    stale_shards(spec)
-    units(spec)
+    step("users", users, spec)
+    checkout = step("recipe checkout", recipe_checkout, spec)
+    step("stale shards", stale_shards, spec)
+    step("units", units, spec)
     if spec.get("engine") == "docker":
-        real_images(spec, checkout)
-        real_weights_volume(spec)
-        real_background_containers(spec)
+        step("images", real_images, spec, checkout)
+        step("weights volume", real_weights_volume, spec)
+        step("background containers", real_background_containers, spec)
     else:
-        images(spec, checkout)
-        weights_volume(spec)
-        background_containers(spec)
-    autotune_caches(spec)
-    node_packages(spec)
+        step("images", images, spec, checkout)
+        step("weights volume", weights_volume, spec)
+        step("background containers", background_containers, spec)
+    step("autotune caches", autotune_caches, spec)
+    step("node packages", node_packages, spec)
     print(f"{spec['name']}: provisioned")
 
 

@@ -3,11 +3,12 @@
 `SPARKFLEET_TESTBED_ENGINE=docker` (or `testbed/fleet up --engine docker`) gives every host its own Debian
 `dockerd` (docker.io, daemon 20.10) started inside the host's network, mount and UTS namespaces:
 
-- data-root /var/lib/docker on the host's private /var overlay, exec-root /run/docker and the socket at the
+- data-root /var/lib/docker on a tmpfs of the host's own (hostinit mounts it), exec-root /run/docker and the socket at the
   standard /var/run/docker.sock on the host's private /run tmpfs, pidfile /run/docker.pid;
 - `--bridge=none --iptables=false --ip6tables=false --ip-forward=false --ip-masq=false`: no bridge, no
   iptables rule in any namespace; containers run `--network host` (the host's namespace) or `none`;
-- `--storage-driver=vfs` (works on any filesystem, overlay included) and a distinct `--cgroup-parent`
+- `--storage-driver=overlay2` (copy-on-write; its upper folders cannot sit on overlayfs, hence the tmpfs data-root:
+  vfs copied the whole root at every build step) and a distinct `--cgroup-parent`
   (sparkfleet-tb<k>-<host>, removed by `down`);
 - PATH starts with the host's /usr/local/bin, where hostinit links the stand-in `nvidia-container-runtime-hook`:
   dockerd registers its `--gpus` device driver only when it finds that hook.
@@ -36,11 +37,11 @@ ENGINES = ("standin", "docker")
 DAEMON_TOOLS = {"/usr/sbin/dockerd": "docker.io", "/usr/bin/docker": "docker.io", "/usr/bin/containerd": "containerd",
                 "/usr/sbin/runc": "runc"}
 # Bumped when what goes into a root filesystem changes: the cached tarballs are rebuilt.
-ROOTFS_RECIPE = 1
+ROOTFS_RECIPE = 2
 PYTHON_SKIP = ("test", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepip", "pydoc_data", "distutils",
                "site-packages", "dist-packages")
-TINY_BINARIES = ("/bin/sleep", "/bin/sh", "/bin/cat", "/bin/true")
-BASE_BINARIES = TINY_BINARIES + ("/bin/ls", "/usr/bin/env", "/bin/rm", "/bin/mkdir")
+TINY_BINARIES = ("/bin/sleep", "/bin/sh", "/bin/cat", "/bin/true", "/bin/ls")
+BASE_BINARIES = TINY_BINARIES + ("/usr/bin/env", "/bin/rm", "/bin/mkdir")
 DAEMON_START_S = 60.0
 
 
@@ -228,7 +229,7 @@ def daemon_argv(host: str) -> list[str]:
     return ["/usr/sbin/dockerd", "--data-root", "/var/lib/docker", "--exec-root", "/run/docker",
             "-H", "unix:///var/run/docker.sock", "--pidfile", "/run/docker.pid",
             "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-forward=false", "--ip-masq=false",
-            "--userland-proxy=false", "--storage-driver=vfs", "--cgroup-parent", cgroup_parent(host),
+            "--userland-proxy=false", "--storage-driver=overlay2", "--cgroup-parent", cgroup_parent(host),
             "--exec-opt", "native.cgroupdriver=cgroupfs", "--log-level=warn"]
 
 

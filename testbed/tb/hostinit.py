@@ -87,6 +87,9 @@ def main() -> None:
         link(f"{standins}/runc.py", "/usr/local/sbin/runc")
         private_dev()
         cgroups()
+        # dockerd's data-root on its own tmpfs: overlay2 needs an upper folder that is not on overlayfs (the
+        # host's /var is an overlay), and a tmpfs is private to the host and gone with its mount namespace.
+        mount("tmpfs", "tmpfs", "/var/lib/docker", f"mode=710,size={spec.get('docker_root_size', '2g')}")
     for path, target in tools.items():
         link(target, path)
         # A same-named tool earlier on PATH (the machine's own docker client in /usr/local/bin) is shadowed.

@@ -157,6 +157,17 @@ def _make_writable(path: Path) -> None:
 
 
 def up(layout: Layout, count: int, scenario: str, knobs: list | None = None, engine: str = "standin") -> None:
+    marks = [time.monotonic()]
+
+    def phase(name: str) -> None:
+        """The profile of `up`: each phase's seconds in state.json (phases) and, with SPARKFLEET_TESTBED_PROFILE=1,
+        on stderr."""
+        marks.append(time.monotonic())
+        phases[name] = round(marks[-1] - marks[-2], 2)
+        if os.environ.get("SPARKFLEET_TESTBED_PROFILE") == "1":
+            log(f"{name}: {phases[name]:.1f} s")
+
+    phases: dict[str, float] = {}
     layout.state_dir.mkdir(parents=True, exist_ok=True)
     if (layout.state_dir / "hosts").exists():
         shutil.rmtree(layout.state_dir / "hosts")
@@ -166,11 +177,13 @@ def up(layout: Layout, count: int, scenario: str, knobs: list | None = None, eng
     (layout.state_dir / "systemctl3.py").write_text("#!/usr/bin/python3\n" + text)
     os.chmod(layout.state_dir / "systemctl3.py", 0o755)
     _checkpoint(layout)
+    phase("state folder and checkpoint")
     specs = scenarios.host_specs(count, scenario, knobs or [])
     for spec in specs:
         spec["engine"] = engine
     if engine == "docker":
         tbengine.stage_tarballs(layout.state_dir)
+        phase("root filesystems")
     state = {"hosts": count, "scenario": scenario, "knobs": knobs or [], "pids": {}, "specs": specs,
              "started": time.time(), "engine": engine, "dockerd": {}}
     layout.write_state(state)
@@ -195,6 +208,7 @@ def up(layout: Layout, count: int, scenario: str, knobs: list | None = None, eng
                 raise TestbedError(f"host {spec['name']} did not start its sshd: {tail.strip()}")
             time.sleep(0.02)
     _client_config(layout, specs)
+    phase("hosts' sshd")
     if engine == "docker":
         enter = {spec["name"]: nsenter(state["pids"][spec["name"]]) for spec in specs}
         logs = {spec["name"]: layout.host_dir(spec["name"]) / "dockerd.log" for spec in specs}
@@ -202,8 +216,11 @@ def up(layout: Layout, count: int, scenario: str, knobs: list | None = None, eng
         state["dockerd"] = tbengine.start_daemons(enter, logs, on_start=lambda pids: (
             state.__setitem__("dockerd", dict(pids)), layout.write_state(state)))
         layout.write_state(state)
+        phase("dockerd answers")
     provision(layout, state)
+    phase("provisioning")
     state["up"] = True
+    state["phases"] = phases
     layout.write_state(state)
 
 

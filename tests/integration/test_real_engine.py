@@ -70,11 +70,16 @@ def test_every_host_runs_its_own_dockerd_inside_its_namespaces(real_fleet):
         assert all(_ns(pid, kind) == _ns(anchor, kind) for kind in ("net", "mnt", "uts")), name
         assert _ns(pid, "mnt") != _ns(os.getpid(), "mnt")
         argv = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
-        assert {"--bridge=none", "--iptables=false", "--ip6tables=false", "--storage-driver=vfs"} <= set(argv)
+        assert {"--bridge=none", "--iptables=false", "--ip6tables=false", "--storage-driver=overlay2"} <= set(argv)
         assert argv[argv.index("--cgroup-parent") + 1] == f"sparkfleet-tb{os.environ.get('SPARKFLEET_TESTBED_ID') or 0}-{name}"
         daemons.add(_ns(pid, "mnt"))
         h = node(name)
-        assert h.check_output("docker info --format '{{.ServerVersion}} {{.Driver}}'").split() [1] == "vfs"
+        assert h.check_output("docker info --format '{{.ServerVersion}} {{.Driver}}'").split()[1] == "overlay2"
+        # The data-root is the host's own tmpfs (overlay2 cannot sit on the host's /var overlay); dockerd's
+        # overlay mounts live in the host's mount namespace only.
+        assert h.check_output("findmnt -n -o FSTYPE /var/lib/docker") == "tmpfs"
+        assert "/var/lib/docker/overlay2/" in h.check_output("findmnt -n -t overlay -o TARGET")
+        assert "/var/lib/docker" not in Path("/proc/self/mountinfo").read_text()
         assert h.socket("unix:///var/run/docker.sock").is_listening
         assert h.run("ip link show docker0").rc != 0, "no bridge"
         # Nothing of dockerd's listens on TCP; every TCP listener is on the testbed's address or loopback.

@@ -104,3 +104,31 @@ def test_the_report_shows_the_cross_rank_rows_and_drift_fail_names_them():
     assert "spark3 engine env across ranks: differs: MODEL=other (rank 0: dsv41)" in report["failure_msg"]
     assert ENV_FIX in report["failure_msg"]
     assert any("engine env across ranks" in line and "  YES  " in line for line in report["table"])
+
+
+def test_drift_yml_takes_one_release_built_on_every_node_as_one_image():
+    """playbooks/drift.yml's own row: every node `docker build`s the release itself, so on a real engine each rank's
+    image id differs for the same release (seen: `adapters image across ranks | differ: spark1 28dfa00ef8c9, spark2
+    88a00c7c0094, spark3 f6dae30b8175` on a converged fleet). The row compares the release each rank runs (the image
+    reference: the adapters role tags a release by its bundle digest); two releases are still drift."""
+    from pathlib import Path
+
+    import yaml
+    play = [p for p in yaml.safe_load((Path(__file__).resolve().parents[2] / "playbooks" / "drift.yml").read_text())
+            if "vars" in p][0]
+    row = [r for r in play["vars"]["drift_across_ranks"] if r["item"] == "adapters image across ranks"]
+
+    def running(rank: int, image_id: str, ref: str):
+        record = engine(rank, image_id)
+        record["result"]["container"]["image"] = ref
+        return [record]
+
+    release = "dsv41-3x-spark:bundle-3f9a0c1d2e4b"
+    records = {"spark1": running(0, IMG_A, release), "spark2": running(1, IMG_B, release),
+               "spark3": running(2, "sha256:" + "c" * 64, release)}
+    rows = {(n, r["item"]): r for n, rs in across_rank_rows(records, NODES, row).items() for r in rs}
+    assert not any(r["drifted"] for r in rows.values()), rows
+    records["spark3"] = running(2, IMG_A, "dsv41-3x-spark:bundle-0000aaaa1111")
+    rows = {(n, r["item"]): r for n, rs in across_rank_rows(records, NODES, row).items() for r in rs}
+    assert rows[("spark1", "adapters image across ranks")]["drifted"]
+    assert "spark3 dsv41-3x-spark:bundle-0000aaaa1111" in rows[("spark1", "adapters image across ranks")]["actual"]

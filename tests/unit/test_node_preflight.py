@@ -127,8 +127,9 @@ def test_a_healthy_node_passes_every_check_and_says_start(node):
     assert result["parity"] == {
         "kernel": "7.0.0-1019-nvidia", "driver": "580.159.03-open",
         "firmware": "bios 5.36_0ACUM018; rocep1s0f0 28.45.1200; rocep1s0f1 28.45.1200", "nccl": "2.27.7-1",
-        "image": "sha256:abababababab", "swap": "off", "clocks": "0-2200 MHz", "fragmentation": "start",
-        "gid_index": "rocep1s0f0:3", "kho": "off"}
+        "image": np.image_identity(json.loads(node.commands["docker"][1])[0]), "image_id": "sha256:abababababab",
+        "swap": "off", "clocks": "0-2200 MHz", "fragmentation": "start", "gid_index": "rocep1s0f0:3", "kho": "off"}
+    assert result["parity"]["image"].startswith("config:")
     # One call per source; the journal of both boots is read.
     assert sorted(a[0] for a in node.calls) == ["docker", "ip", "journalctl", "journalctl", "nvidia-smi"]
 
@@ -353,6 +354,37 @@ def test_many_wedge_lines_are_capped():
     assert len(hits) == np.MAX_WEDGE_LINES + 1 and hits[-1]["line"] == "... 35 more nvrm_xid lines"
 
 
+def _built_image(image_id: str, top_layers: list, env: list, created: str) -> str:
+    """`docker image inspect` of the recipe's image as one node's own `docker build` made it."""
+    return json.dumps([{"Id": image_id, "Created": created, "Container": image_id[7:19],
+                        "RootFS": {"Type": "layers", "Layers": ["sha256:" + "b0" * 32] + top_layers},
+                        "Config": {"Env": env, "Entrypoint": ["python3", "-u", "/opt/dsv41/boot.py"], "Cmd": ["run"],
+                                   "WorkingDir": "/sgl-workspace", "Labels": {"org.opencontainers.image.title": "x"}},
+                        "ContainerConfig": {"Cmd": ["/bin/sh", "-c", "#(nop) CMD [\"run\"]"]}}])
+
+
+def test_one_recipe_built_on_each_node_is_the_same_image_for_parity(tmp_path):
+    """Each node `docker build`s the recipe itself: the image ids (and the COPY layers, whose folders carry the build
+    time) differ between nodes while the image is the same. Seen on the real engine: `Fleet parity: image differs on
+    spark2 (sha256:46dcff2abb6a), spark3 (sha256:80c4035e2de7)` stopped every benchmark. A different env is still a
+    different image."""
+    env = ["PATH=/usr/bin", "NCCL_VERSION=2.27.7-1", "PYTHONPATH=/opt/dsv41/adapter"]
+    parity = {}
+    for name, image_id, layers, image_env in (
+            ("spark1", "sha256:" + "f7" * 32, ["sha256:" + "b6" * 32, "sha256:" + "2f" * 32], env),
+            ("spark2", "sha256:" + "4a" * 32, ["sha256:" + "8e" * 32, "sha256:" + "70" * 32], env),
+            ("spark3", "sha256:" + "2e" * 32, ["sha256:" + "d3" * 32, "sha256:" + "c1" * 32],
+             env[:2] + ["PYTHONPATH=/elsewhere"])):
+        (tmp_path / name).mkdir()
+        host = Host(tmp_path / name)
+        host.commands["docker"] = (0, _built_image(image_id, layers, image_env, f"2026-12-04T14:3{len(name)}:00Z"), "")
+        parity[name] = preflight(host)["parity"]
+    assert parity["spark1"]["image"] == parity["spark2"]["image"]
+    assert parity["spark1"]["image"] != parity["spark3"]["image"]
+    # The node's own image id stays in the record, beside the comparison.
+    assert (parity["spark1"]["image_id"], parity["spark2"]["image_id"]) == ("sha256:f7f7f7f7f7f7", "sha256:4a4a4a4a4a4a")
+
+
 @pytest.mark.parametrize("overrides,text", [
     ({"allowed_kernels": ()}, "allowed_kernels (preflight_allowed_kernels) is empty"),
     ({"allowed_drivers": ()}, "allowed_drivers (preflight_allowed_drivers) is empty"),
@@ -455,6 +487,11 @@ def test_the_deprecated_alias_still_sets_the_same_summary_as_a_fact_and_warns(mo
     new = run_module(module, MODULE_ARGS).result
     assert deprecations == []
     old = run_module(alias, {**MODULE_ARGS, "fact_name": "preflight_result", "fact_labels": labels}).result
+    # The shm check measures the free space of the (stand-in) shm folder: on a shared disk it changes between the
+    # two runs whenever anything else writes, so that one volatile figure is left out of the comparison.
+    for result in (old, new, old["ansible_facts"]["preflight_result"]):
+        for check in result["checks"]:
+            check.get("facts", {}).pop("free_bytes", None)
     assert old["ansible_facts"]["preflight_result"] == f.from_registered(new, labels)
     assert {k: v for k, v in old.items() if k != "ansible_facts"} == new
     bad = run_module(alias, {**MODULE_ARGS, "hcas": ["mlx5_9"], "fact_name": "preflight_result", "fact_labels": labels})
