@@ -128,6 +128,19 @@ def playbook_argv(step: Any, ansible_playbook: str, playbook_dir: str, inventory
     return argv + (["--tags", ",".join(tags)] if tags else [])
 
 
+def load_data_yaml(stream: Any) -> Any:
+    """Read YAML as data: plain YAML (the catalog's files) or what data_yaml wrote (its ``!unsafe`` strings read
+    back as plain strings, never templated: the reader is Python). The campaign writes a combination's or a
+    layered child's experiment file with data_yaml; experiment_load_info and the campaign read it back here."""
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    _Loader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
+    return yaml.load(stream, Loader=_Loader)
+
+
 def data_yaml(data: Any, comment: str = "") -> str:
     """YAML text for a variables file that stays data: every string value is tagged ``!unsafe``, so Ansible
     never templates it when it loads the file (issue 19: an experiment's env value such as
