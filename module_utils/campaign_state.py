@@ -17,10 +17,12 @@ from typing import Any
 try:
     from ansible.module_utils.campaign_plan import combined, layered
     from ansible.module_utils.campaign_window import estimate, fits
+    from ansible.module_utils.experiments import load_data_yaml
     from ansible.module_utils.file_io import write_atomic
 except ImportError:  # tests import it directly
     from campaign_plan import combined, layered  # type: ignore[no-redef]
     from campaign_window import estimate, fits  # type: ignore[no-redef]
+    from experiments import load_data_yaml  # type: ignore[no-redef]
     from file_io import write_atomic  # type: ignore[no-redef]
 
 STATE_FILE = "campaign-state.json"
@@ -80,6 +82,12 @@ def winners(state: dict) -> list[dict]:
     return [r for r in state["rungs"] if r["kind"] == "trial" and r["status"] == "done" and r.get("outcome") == "kept"]
 
 
+def _best_of(r: dict) -> str | None:
+    """The experiment a keep_best rung rolled out: recorded when it started, else (a state written before it was
+    recorded) the name its rollout.json gives."""
+    return r.get("best") or ((r.get("result") or {}).get("experiment"))
+
+
 def _ratio(r: dict) -> float:
     return float(((r.get("result") or {}).get("decision") or {}).get("ratio") or 0.0)
 
@@ -116,6 +124,7 @@ def next_action(state: dict, catalog: dict[str, dict], now: dt.datetime) -> dict
     won = {w["experiment"]: w for w in winners(state)}
     doc: dict | None = None
     vars_: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
     if r.get("needs_opt_in"):
         return _skip(r, "pack_engram relocates stale shards: the plan must opt in (relocation: true)")
     if r["kind"] in ("host", "trial", "operator_call"):
@@ -136,7 +145,8 @@ def next_action(state: dict, catalog: dict[str, dict], now: dt.datetime) -> dict
         if not won:
             return _skip(r, "no single experiment won its trial")
         best = max(won.values(), key=_ratio)
-        r["best"] = best["experiment"]
+        # the state records it when the rung starts (start(): `next` saves nothing, campaign_step reloads the file)
+        extra["best"] = best["experiment"]
         vars_["rollout_trial"] = False
         if best.get("experiment_doc"):
             doc = best["experiment_doc"]
@@ -146,10 +156,13 @@ def next_action(state: dict, catalog: dict[str, dict], now: dt.datetime) -> dict
         best_rung = next((x for x in state["rungs"] if x["kind"] == "keep_best"), None)
         if not best_rung or best_rung.get("outcome") != "kept":
             return _skip(r, "the best single winner was not kept: nothing to combine with")
-        others = [w for name, w in won.items() if name != best_rung["best"]]
+        best_name = _best_of(best_rung)
+        if best_name not in won:
+            return _skip(r, f"the kept best single winner ({best_name}) is not among the trial winners")
+        others = [w for name, w in won.items() if name != best_name]
         if not others:
-            return _skip(r, f"one winner ({best_rung['best']}): nothing to combine")
-        doc = combined(_doc_of(won[best_rung["best"]], catalog), [_doc_of(w, catalog) for w in others])
+            return _skip(r, f"one winner ({best_name}): nothing to combine")
+        doc = combined(_doc_of(won[best_name], catalog), [_doc_of(w, catalog) for w in others])
         vars_["rollout_trial"] = False
     if doc is not None:
         vars_["experiment_file"] = os.path.join(rung_dir(state, r), f"{doc['name']}.yml")
@@ -159,7 +172,7 @@ def next_action(state: dict, catalog: dict[str, dict], now: dt.datetime) -> dict
     if not window["fits"]:
         return {"action": "stop", "rung": r["id"], "reason": window["reason"], "window": window}
     return {"action": "run", "rung": r["id"], "kind": r["kind"], "run_dir": rung_dir(state, r), "rollout": vars_,
-            "experiment_doc": doc, "window": window}
+            "experiment_doc": doc, "window": window, **extra}
 
 
 def incumbent_slots(path: str, default: int = 4) -> int:
@@ -168,13 +181,9 @@ def incumbent_slots(path: str, default: int = 4) -> int:
     ``default``: a missing or unreadable file, or an incumbent that does not set them."""
     import yaml
 
-    class _Loader(yaml.SafeLoader):
-        pass
-
-    _Loader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
     try:
         with open(path) as fh:
-            data = yaml.load(fh, Loader=_Loader) or {}
+            data = load_data_yaml(fh) or {}
         value = ((data.get("engine_env_incumbent") or {}) if isinstance(data, dict) else {}).get("MAX_RUNNING_REQUESTS")
         return int(value) if value is not None else int(default)
     except (OSError, yaml.YAMLError, ValueError, TypeError, AttributeError):
@@ -220,6 +229,8 @@ def start(state: dict, rung_id: str, now: dt.datetime, action: dict) -> dict:
     r.update(status="running", started=now.isoformat(), run_dir=rung_dir(state, r))
     if action.get("experiment_doc"):
         r["experiment_doc"] = action["experiment_doc"]
+    if action.get("best"):
+        r["best"] = action["best"]
     r["rollout"] = action.get("rollout") or {}
     return r
 
@@ -247,7 +258,7 @@ def finish(state: dict, rung_id: str, now: dt.datetime, result: dict | None, not
              outcome=result.get("outcome"), result=_slim(result), note=note)
     if r["kind"] in ("host", "keep_best", "combination") and result.get("outcome") == "kept":
         doc = r.get("experiment_doc") or {}
-        names = doc.get("includes") or [r.get("experiment") or r.get("best")]
+        names = doc.get("includes") or [r.get("experiment") or _best_of(r)]
         state["kept"] = list(dict.fromkeys(list(state.get("kept") or []) + [n for n in names if n]))
         if r["kind"] == "combination":
             state["kept"].append(doc.get("name", "campaign-combination"))

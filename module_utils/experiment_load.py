@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.experiments import missing_prerequisites, validate
+from ansible.module_utils.experiments import load_data_yaml, missing_prerequisites, validate
 from ansible.module_utils.module_alias import warn_if_deprecated
 
 try:
@@ -18,8 +18,9 @@ except ImportError:  # the controller's venv has PyYAML; a bare host does not
 
 
 def _load(path):
+    """An experiment file: the catalog's plain YAML, or one the campaign wrote with data_yaml (!unsafe strings)."""
     with open(path) as fh:
-        return yaml.safe_load(fh)
+        return load_data_yaml(fh)
 
 
 def run_module(name: str) -> None:

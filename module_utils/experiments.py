@@ -123,11 +123,27 @@ def marker_matches(marker: str, line: str) -> bool:
 
 
 
+def load_data_yaml(stream: Any) -> Any:
+    """Read YAML as data: plain YAML (the catalog's files) or what data_yaml wrote (its ``!unsafe`` strings read
+    back as plain strings, never templated: the reader is Python). The campaign writes a combination's or a
+    layered child's experiment file with data_yaml; experiment_load_info and the campaign read it back here."""
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    _Loader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
+    return yaml.load(stream, Loader=_Loader)
+
+
 def data_yaml(data: Any, comment: str = "") -> str:
     """YAML text for a variables file that stays data: every string value is tagged ``!unsafe``, so Ansible
     never templates it when it loads the file (issue 19: an experiment's env value such as
-    ``{{ lookup('pipe', ...) }}`` written into group_vars/ would otherwise run on the controller).
-    Mapping keys stay plain (they are validated names). ``comment`` lines head the file."""
+    ``{{ lookup('pipe', ...) }}`` written into group_vars/ would otherwise run on the controller), except a
+    string YAML would read as another type ('20', '0.25', 'true'), which cannot hold a template: it is written
+    quoted without the tag, because ansible-core reads ``!unsafe '20'`` back as the int 20. Numbers and
+    booleans of ansible-core's own types are written as plain ones. Mapping keys stay plain (they are validated
+    names). ``comment`` lines head the file."""
     import yaml
 
     class _Unsafe(str):
@@ -140,12 +156,24 @@ def data_yaml(data: Any, comment: str = "") -> str:
             return [wrap(v) for v in value]
         if isinstance(value, str):
             return _Unsafe(value)
+        # ansible-core's tagged numbers and booleans (an older incumbent file's `!unsafe '7'` reads back as one)
+        for kind in (bool, int, float):
+            if isinstance(value, kind):
+                return kind(value)
         return value
 
     class _Dumper(yaml.SafeDumper):
         pass
 
-    _Dumper.add_representer(_Unsafe, lambda d, s: d.represent_scalar("!unsafe", str(s), style="'"))
+    def _represent(dumper, value):
+        # A string YAML would read as another type ('20', '0.25', 'true') cannot hold a template: it is written
+        # quoted and untagged, so it comes back a string (ansible-core reads `!unsafe '20'` back as the int 20).
+        text = str(value)
+        if dumper.resolve(yaml.ScalarNode, text, (True, False)) != "tag:yaml.org,2002:str":
+            return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="'")
+        return dumper.represent_scalar("!unsafe", text, style="'")
+
+    _Dumper.add_representer(_Unsafe, _represent)
     head = "".join(f"# {line}\n" for line in comment.splitlines())
     return head + yaml.dump(wrap(data), Dumper=_Dumper, default_flow_style=False, sort_keys=True,
                             allow_unicode=True, width=1000)

@@ -159,3 +159,32 @@ def test_the_incumbents_slots_are_read_from_the_file_the_rollout_writes(tmp_path
     path.write_text(data_yaml({"incumbent_experiments": ["pack_engram"], "engine_env_incumbent": {"A": "1"}}))
     assert cs.incumbent_slots(str(path), 4) == 4
     assert cs.incumbent_slots(str(tmp_path / "missing.yml"), 3) == 3
+
+
+def test_the_best_single_winner_survives_the_state_file_between_steps(tmp_path):
+    """campaign_step runs each step from the state file: `next` saves nothing, `start` gets the step as JSON.
+    The best single winner must reach the state through `start`, or the combination has nothing to lay the
+    others over and the keep_best rung's experiment is not recorded as kept (6-rung campaign, 2026-12-04:
+    kept [] after keep_best, then `next` failed with KeyError 'best')."""
+    state, catalog = campaign(tmp_path)
+    for outcome, ratio in (("reverted", 1.0), ("failed", None), ("kept", 1.03)):
+        run(state, catalog, outcome, ratio=ratio)
+    cs.skip(state, "04-wo_a_drop", "prerequisite not kept: wo_a_w8 (failed)")
+    for outcome, ratio in (("kept", 1.021), ("failed", None), ("kept", 1.2)):
+        run(state, catalog, outcome, ratio=ratio)
+    cs.save(state, str(tmp_path))
+
+    def step(action_fn, save=True):
+        saved = cs.load(str(tmp_path))
+        out = action_fn(saved)
+        if save:                        # as campaign_step: every action but `next` saves the state
+            cs.save(saved, str(tmp_path))
+        return out
+
+    best = json.loads(json.dumps(step(lambda s: cs.next_action(s, catalog, NOW), save=False)))
+    assert best["kind"] == "keep_best"
+    step(lambda s: cs.start(s, best["rung"], NOW, best))
+    step(lambda s: cs.finish(s, best["rung"], NOW, {"outcome": "kept", "reasons": [], "restore_ok": True}))
+    assert cs.load(str(tmp_path))["kept"] == ["prefetch_direct"]
+    combo = step(lambda s: cs.next_action(s, catalog, NOW), save=False)
+    assert combo["kind"] == "combination" and combo["experiment_doc"]["includes"] == ["prefetch_direct", "verify_cap_conf01"]

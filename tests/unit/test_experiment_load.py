@@ -48,3 +48,22 @@ def test_the_deprecated_alias_returns_the_same_and_warns(monkeypatch):
 def _serialization_profile(monkeypatch):
     from ansible.module_utils import basic
     monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
+
+
+def test_an_experiment_file_the_campaign_wrote_loads(tmp_path):
+    """campaign_step writes a combination's (and a layered child's) experiment file with data_yaml (every string
+    tagged !unsafe, so nothing in it is ever templated); the rollout must read it back. The 6-rung campaign
+    (2026-12-04) failed its combination rung: "could not determine a constructor for the tag '!unsafe'"."""
+    import yaml
+
+    from ansible.module_utils.campaign_plan import combined
+    from ansible.module_utils.experiments import data_yaml
+
+    docs = {n: yaml.safe_load((ROOT / "experiments" / f"{n}.yml").read_text()) for n in ("folded_fence", "verify_cap_conf01")}
+    doc = combined(docs["verify_cap_conf01"], [docs["folded_fence"]])
+    path = tmp_path / f"{doc['name']}.yml"
+    path.write_text(data_yaml(doc, f"{doc['name']}: written by playbooks/campaign.yml for rung 09-combination"))
+    assert "!unsafe" in path.read_text()
+    res = run_module(MODULE, {"file": str(path), "catalog": CATALOG})
+    assert not res.failed, res.result.get("msg")
+    assert res.result["experiment"] == doc and res.result["experiment"]["includes"] == ["verify_cap_conf01", "folded_fence"]

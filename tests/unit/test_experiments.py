@@ -127,3 +127,22 @@ def test_trial_phase_follows_the_evidence(tmp_path):
     assert trial_phase(str(tmp_path)) == "candidate arm (booted, measuring)"
     (tmp_path / "rollout.json").write_text("{}")
     assert trial_phase(str(tmp_path)) == "done"
+
+
+# The real fleet's boot logs (docs/reference.md section 10): some lines only rank 0 prints (the KV summary with
+# max_running_requests=..., the autotune disagreement). markers_on must appear on every rank, so a marker of
+# such a line can never pass the candidate's marker gate: slots_8 required max_running_requests=8 and failed on
+# both workers in the 6-rung campaign (2026-12-04), never measured.
+REAL_LOGS = Path(__file__).resolve().parent / "fixtures" / "boot_logs"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in CATALOG.glob("*.yml")))
+def test_no_marker_required_on_every_rank_is_a_line_only_the_head_prints(name):
+    head = (REAL_LOGS / "real_tp3_head.log").read_text()
+    worker = (REAL_LOGS / "real_tp3_worker1.log").read_text()
+    for marker in load_all()[name]["markers_on"]:
+        key = re.match(r"\s*([A-Za-z_][A-Za-z0-9_.]*=)", marker) if not marker.startswith("re:") else None
+        if key:
+            assert not (key.group(1) in head and key.group(1) not in worker), (
+                f"{name}: markers_on {marker!r} is a line only rank 0 prints ({key.group(1)}...): "
+                "it can never appear on every rank")
