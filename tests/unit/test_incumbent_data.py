@@ -24,6 +24,12 @@ def _playbook(tmp: Path, name: str, text: str) -> Path:
     return p
 
 
+
+def _ansible_env(tmp_path) -> dict:
+    """The environment a test's ansible-playbook runs with: the project's config, roles and filters."""
+    return {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "SPARKFLEET_RUNS_DIR": str(tmp_path / "runs"),
+            "ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "ANSIBLE_FILTER_PLUGINS": str(ROOT / "plugins" / "filter")}
+
 def test_an_env_value_with_a_lookup_is_written_and_read_back_as_data(tmp_path):
     marker = Path("/tmp") / f"sparkfleet-unsafe-{uuid.uuid4().hex}"
     payload = "{{ lookup('pipe', 'touch " + str(marker) + "') }}"
@@ -62,9 +68,7 @@ def test_an_env_value_with_a_lookup_is_written_and_read_back_as_data(tmp_path):
         content: "{{ engine_env_incumbent.EVIL }}|{{ engine_env_incumbent | to_json }}"
         mode: "0644"
 """)
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "SPARKFLEET_RUNS_DIR": str(tmp_path / "runs"),
-           "ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "ANSIBLE_FILTER_PLUGINS": str(ROOT / "plugins" / "filter")}
-    bin_dir = Path(sys.executable).parent
+    env, bin_dir = _ansible_env(tmp_path), Path(sys.executable).parent
     try:
         for book, extra in ((write, []), (use, ["-e", f"out={tmp_path / 'used.txt'}"])):
             run = subprocess.run([str(bin_dir / "ansible-playbook"), "-i", str(inv), str(book), *extra],
@@ -121,9 +125,7 @@ def test_a_second_keep_rewrites_the_incumbent_the_first_one_wrote(tmp_path):
         content: "{{{{ engine_env_incumbent | to_json }}}}"
         mode: "0644"
 """)
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "SPARKFLEET_RUNS_DIR": str(tmp_path / "runs"),
-           "ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "ANSIBLE_FILTER_PLUGINS": str(ROOT / "plugins" / "filter")}
-    bin_dir = Path(sys.executable).parent
+    env, bin_dir = _ansible_env(tmp_path), Path(sys.executable).parent
     run = subprocess.run([str(bin_dir / "ansible-playbook"), "-i", str(inv), str(keep), "-e", f"out={tmp_path / 'before.txt'}"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
