@@ -12,6 +12,10 @@ every split parks its fp32 partial, the last to arrive sums them in split order)
 bitwise reproducible. With ``pdl`` the launch is a programmatic dependent launch: the first weight
 tiles are requested before waiting for the previous kernel (x is its output).
 
+Sixth session: the same tiles warp-specialised (``WgConfig.decoders`` > 0, :func:`_wg_ws_kernel`): a TMA
+warp, decode warps and the wgmma warps hand the ring slots and decoded buffers over on mbarriers instead of a
+CTA barrier per step; same sums in the same order, so the same bits.
+
 Needs an sm_90 GPU (wgmma, TMA), Triton with Gluon, x whose groups are contiguous (group stride D, token
 stride a multiple of 8 elements, 16-byte base) and block exponents up to ``wo_a_gluon.RING_EXP_MAX``
 (:func:`wg_ok`). No CPU interpreter (Gluon has none).
@@ -36,8 +40,8 @@ try:
 except ImportError:  # pragma: no cover - Triton without Gluon's Hopper module
     gluon = None
 
-CAPABILITY = (9, 0)
-WS_DECODE_REGS = 128  # registers per decode-warp thread in the warp-specialised kernel (setmaxnreg)  # wgmma and the bulk tensor copy (sm_90; sm_100+ has no wgmma)
+CAPABILITY = (9, 0)  # wgmma and the bulk tensor copy (sm_90; sm_100+ has no wgmma)
+WS_DECODE_REGS = 128  # registers per decode-warp thread in the warp-specialised kernel (setmaxnreg)
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,8 @@ class WgConfig:
 
     def smem_bytes(self) -> int:
         return (self.stages * (self.block_r * self.block_k + self.block_n * self.block_k * 2)
-                + self.WS_BUFFERS * self.block_r * self.block_k * 2 + (3 * self.stages + 6) * 8)
+                + self.WS_BUFFERS * self.block_r * self.block_k * 2
+                + (2 * self.stages + 2 * self.WS_BUFFERS if self.decoders else self.stages) * 8)  # mbarriers
 
     def fits(self, rows: int, cols: int) -> bool:
         ks = cols // self.split_k if self.split_k else 0

@@ -274,7 +274,7 @@ def test_installed_tilings_compile_to_wgmma_for_sm90():
     if W.gluon is None:
         pytest.skip("Triton without Gluon's Hopper module")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    seen = list(WS_SHAPES)  # and the warp-specialised kernel's (sixth session) at the full shape
+    seen = [WS_SHAPES[-1]]  # and the warp-specialised kernel without a TMA warp (the table has one with)
     for g in (2, 4):
         for _, _, cfg in K.WG_TABLE[g]:
             if cfg not in seen:
