@@ -13,6 +13,7 @@ shape. Inputs are fresh random values (never zeros); outputs are poisoned with N
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import multiprocessing as mp
@@ -241,8 +242,15 @@ def compile_key(c: K.KernelConfig, m: int) -> tuple:
     return tuple(sorted(asdict(c).items())) + (mclass,)  # split-K is a compile-time constant
 
 
-def _compile_worker(tasks):
-    """Runs each (G, M, config) once so Triton's on-disk cache holds every kernel (parallel compile)."""
+def launch_dispatcher(x, twin, y, cfg: dict) -> None:
+    """A compile task's launch on the dispatcher with a round 1-3 `KernelConfig` (this benchmark's tilings)."""
+    K.wo_a(x, twin, out=y, config=K.KernelConfig(**cfg))
+
+
+def compile_worker(launch, tasks) -> list:
+    """Runs each (G, M, config) once through ``launch(x, twin, y, cfg)`` so Triton's on-disk cache holds every
+    kernel (parallel compile); returns (G, M, config, reason) for each that raised. ``launch`` must be a
+    module-level function (it travels to the spawned workers by name)."""
     torch.cuda.init()
     gen = torch.Generator(device="cuda").manual_seed(1)
     twins = {}
@@ -250,21 +258,22 @@ def _compile_worker(tasks):
     for groups, m, cfg in tasks:
         twin = twins.get(groups) or twins.setdefault(groups, random_twin(groups, gen))
         x = random_x(m, groups, gen)
+        y = torch.empty((m, groups, R), dtype=torch.bfloat16, device="cuda")
         try:
-            K.wo_a(x, twin, config=K.KernelConfig(**cfg))
+            launch(x, twin, y, cfg)
             torch.cuda.synchronize()
-        except Exception as exc:  # reported, the sweep skips it
+        except Exception as exc:  # reported; the caller skips or records it
             failures.append((groups, m, cfg, repr(exc)[:300]))
     return failures
 
 
-def precompile(tasks, workers: int) -> list:
+def precompile(tasks, workers: int, launch=launch_dispatcher) -> list:
+    """``compile_worker`` over ``workers`` spawned processes (in this process when ``workers`` <= 1)."""
     if workers <= 1 or not tasks:
-        return _compile_worker(tasks)
+        return compile_worker(launch, tasks)
     chunks = [tasks[i::workers] for i in range(workers)]
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(workers) as pool:
-        return [f for part in pool.map(_compile_worker, chunks) for f in part]
+    with mp.get_context("spawn").Pool(workers) as pool:
+        return [f for part in pool.map(functools.partial(compile_worker, launch), chunks) for f in part]
 
 
 # ------------------------------------------------------------------------------------------ main
@@ -580,7 +589,9 @@ def markdown(result: dict) -> str:
                         f"{',per 32-K dot' if c.get('sub_blocks') else ''}")
         elif c.get("kind") == "WgConfig":
             cfg_text = (f"wg {c['block_r']},{c['block_n']},{c['block_k']},{c['split_k']},{c['num_warps']},"
-                        f"{c['stages']}{',pdl' if c.get('pdl') else ''}")
+                        f"{c['stages']}{',pdl' if c.get('pdl') else ''}"
+                        f"{',ws' + str(c['decoders']) if c.get('decoders') else ''}"
+                        f"{',no TMA warp' if c.get('decoders') and not c.get('tma_warp', True) else ''}")
         elif c.get("kind") == "RingConfig":
             cfg_text = (f"ring {c['block_r']},{c['block_m']},{c['num_warps']},{c['sb']},{c['stages']}"
                         f"{',pdl' if c.get('pdl') else ''}{',rows x2' if c.get('row_warps', 1) == 2 else ''}")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import multiprocessing as mp
 import os
 import sys
 import time
@@ -179,20 +178,9 @@ def choose_tables(rows: list[dict], mid_max_m: int = K.MID_MAX_M, margin: float 
     return out
 
 
-def _compile_worker(tasks):
-    torch.cuda.init()
-    gen = torch.Generator(device="cuda").manual_seed(1)
-    twins, failures = {}, []
-    for groups, m, cfg in tasks:
-        twin = twins.get(groups) or twins.setdefault(groups, B.random_twin(groups, gen))
-        x = B.random_x(m, groups, gen)
-        y = torch.empty((m, groups, R), dtype=torch.bfloat16, device="cuda")
-        try:
-            T.launch(x, twin.values, twin.exponents, twin.semaphores, y, T.TcConfig(**cfg))
-            torch.cuda.synchronize()
-        except Exception as exc:  # reported; the sweep skips it
-            failures.append((groups, m, cfg, repr(exc)[:300]))
-    return failures
+def launch_tc(x, twin, y, cfg: dict) -> None:
+    """A compile task's launch (wo_a_bench.compile_worker): one tc tiling."""
+    T.launch(x, twin.values, twin.exponents, twin.semaphores, y, T.TcConfig(**cfg))
 
 
 def compile_key(c: T.TcConfig) -> tuple:
@@ -227,9 +215,7 @@ def main() -> int:
                 seen.add(compile_key(c))
                 tasks.append((g, m, asdict(c)))
     tc = time.time()
-    chunks = [tasks[i::args.workers] for i in range(args.workers)]
-    with mp.get_context("spawn").Pool(args.workers) as pool:
-        failures = [f for part in pool.map(_compile_worker, chunks) for f in part]
+    failures = B.precompile(tasks, args.workers, launch_tc)
     failed = {compile_key(T.TcConfig(**c)) for _, _, c, _ in failures}
     print(f"compiled {len(tasks)} tilings in {time.time() - tc:.0f}s, {len(failures)} failed", flush=True)
     result = {"info": info, "compile_failures": failures, "rows": []}

@@ -20,9 +20,13 @@ def compile_cfg(cfg: W.WgConfig, d: int = 4096):
            "stride_ym": "i32", "stride_yg": "i32"}
     consts = {"D": d, "BLOCK_R": cfg.block_r, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k,
               "SPLIT": cfg.split_k, "S": cfg.stages, "NW": cfg.num_warps, "PDL": cfg.pdl}
+    kernel = W._wg_kernel
+    if cfg.decoders:
+        kernel = W._wg_ws_kernel
+        consts.update(DW=cfg.decoders, NB=cfg.WS_BUFFERS, DEC_REGS=W.WS_DECODE_REGS, TMA_WARP=cfg.tma_warp)
     sig.update({k: "constexpr" for k in consts})
     attrs = {(i,): [["tt.divisibility", 16]] for i in (2, 3, 4, 5, 7)}
-    src = GluonASTSource(fn=W._wg_kernel, signature=sig, constexprs=consts, attrs=attrs)
+    src = GluonASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg.num_warps})
 
 

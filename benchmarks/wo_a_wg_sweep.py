@@ -36,7 +36,11 @@ def _p2(m: int) -> int:
     return p
 
 
-def candidates(m: int, groups: int, sms: int = 132) -> list[W.WgConfig]:
+def candidates(m: int, groups: int, sms: int = 132, decoders: tuple[int, ...] = (0,),
+               tma_warp: tuple[bool, ...] = (True,)) -> list[W.WgConfig]:
+    """The tilings swept for M rows; ``decoders`` other than 0 add the warp-specialised kernel's tilings
+    (sixth session: one wgmma warpgroup per 64 rows, 4 or 6 stages; 4 or 8 decode warps; with or without
+    a TMA warp as ``tma_warp`` lists)."""
     out = []
     tiles_n = sorted({min(_p2(m), 256), 128, 64} if m > 64 else {_p2(m)})
     for bn in tiles_n:
@@ -52,9 +56,13 @@ def candidates(m: int, groups: int, sms: int = 132) -> list[W.WgConfig]:
                     if progs < sms * 0.9 or progs > 2.1 * sms or D // split // bk < 4:
                         continue
                     for st in (4, 6, 8):
-                        c = W.WgConfig(br, bn, bk, split, nw, st, True)
-                        if c.fits(R, D):
-                            out.append(c)
+                        for dec in decoders:
+                            if dec and (nw != br // 16 or st == 8):
+                                continue
+                            for tw in (tma_warp if dec else (True,)):
+                                c = W.WgConfig(br, bn, bk, split, nw, st, True, dec, tw)
+                                if c.fits(R, D):
+                                    out.append(c)
     return out
 
 
@@ -77,7 +85,7 @@ def choose_wg_table(rows: list[dict], margin: float = 0.05) -> dict:
             hi = None if n == len(ms) - 1 else m
             if not r["wg_us"] * (1 + margin) < r["installed_us"]:
                 continue
-            cfg = dict(r["cfg"])
+            cfg = asdict(W.WgConfig(**r["cfg"]))  # older sweeps: no decoders field (0)
             plain = r.get("plain_launch_us")
             if cfg.get("pdl") and isinstance(plain, float) and plain < r["wg_us"]:
                 cfg["pdl"] = False
@@ -89,27 +97,37 @@ def choose_wg_table(rows: list[dict], margin: float = 0.05) -> dict:
     return table
 
 
-def _compile_worker(tasks):
-    torch.cuda.init()
-    gen = torch.Generator(device="cuda").manual_seed(1)
-    twins, failures = {}, []
-    for groups, m, cfg in tasks:
-        twin = twins.get(groups) or twins.setdefault(groups, B.random_twin(groups, gen))
-        x = B.random_x(m, groups, gen)
-        y = torch.empty((m, groups, R), dtype=torch.bfloat16, device="cuda")
-        try:
-            W.launch(x, twin, y, W.WgConfig(**cfg))
-            torch.cuda.synchronize()
-        except Exception as exc:  # reported; the sweep records it again
-            failures.append((groups, m, cfg, repr(exc)[:300]))
-    return failures
+def overlay_wg_table(base: dict, top: dict) -> dict:
+    """``base`` with ``top``'s ranges laid over it (a later sweep timed against the installed path, i.e. base):
+    a top range replaces whatever base held there; adjacent equal tilings merge. Tables as choose_wg_table's."""
+    inf = float("inf")
+    out = {}
+    for g in sorted(set(base) | set(top), key=int):
+        entries = [list(e) for e in base.get(g, [])]
+        for lo, hi, cfg in top.get(g, []):
+            cut = []
+            for blo, bhi, bcfg in entries:
+                if (bhi if bhi is not None else inf) < lo or (hi is not None and blo > hi):
+                    cut.append([blo, bhi, bcfg])
+                    continue
+                if blo < lo:
+                    cut.append([blo, lo - 1, bcfg])
+                if hi is not None and (bhi is None or bhi > hi):
+                    cut.append([hi + 1, bhi, bcfg])
+            entries = sorted(cut + [[lo, hi, dict(cfg)]], key=lambda e: e[0])
+        merged = []
+        for e in entries:
+            if merged and merged[-1][2] == e[2] and merged[-1][1] is not None and merged[-1][1] + 1 == e[0]:
+                merged[-1][1] = e[1]
+            else:
+                merged.append(e)
+        out[g] = merged
+    return out
 
 
-def precompile(tasks, workers: int) -> list:
-    import multiprocessing as mp
-    chunks = [tasks[i::workers] for i in range(workers)]
-    with mp.get_context("spawn").Pool(workers) as pool:
-        return [f for part in pool.map(_compile_worker, chunks) for f in part]
+def launch_wg(x, twin, y, cfg: dict) -> None:
+    """A compile task's launch (wo_a_bench.compile_worker): one wg tiling."""
+    W.launch(x, twin, y, W.WgConfig(**cfg))
 
 
 def check(cfg, x, twin, w_bf16) -> dict:
@@ -137,6 +155,10 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=480)
     ap.add_argument("--out", default="wg_sweep.json")
     ap.add_argument("--workers", type=int, default=14)
+    ap.add_argument("--decoders", default="0", help="comma-separated: 0 the one-partition kernel, 4/8 the "
+                                                     "warp-specialised one with that many decode warps")
+    ap.add_argument("--tma-warp", default="1", help="comma-separated 1/0: warp-specialised with or without a "
+                                                    "TMA warp (without: the decode warps issue the copies)")
     args = ap.parse_args()
     t_start = time.time()
     gen = torch.Generator(device="cuda")
@@ -145,16 +167,18 @@ def main() -> int:
     result = {"device": B.device_info(), "seed": seed, "rows": [], "errors": []}
     groups_l = [int(v) for v in args.groups.split(",")]
     ms_l = [int(v) for v in args.ms.split(",")]
+    decoders = tuple(int(v) for v in args.decoders.split(","))
+    tma_warp = tuple(bool(int(v)) for v in args.tma_warp.split(","))
     seen, tasks = set(), []
     for groups in groups_l:
         for m in ms_l:
-            for c in candidates(m, groups)[: args.max_cands]:
+            for c in candidates(m, groups, decoders=decoders, tma_warp=tma_warp)[: args.max_cands]:
                 key = (groups, tuple(sorted(asdict(c).items())))
                 if key not in seen:
                     seen.add(key)
                     tasks.append((groups, m, asdict(c)))
     tc = time.time()
-    result["compile_failures"] = precompile(tasks, args.workers) if args.workers > 0 else []
+    result["compile_failures"] = B.precompile(tasks, args.workers, launch_wg) if args.workers > 0 else []
     print(f"precompiled {len(tasks)} in {time.time() - tc:.0f}s, {len(result['compile_failures'])} failed", flush=True)
     for f in result["compile_failures"][:3]:
         print("COMPILE FAIL", f, flush=True)
@@ -170,7 +194,7 @@ def main() -> int:
                                   args.replays, args.repeats)
             base = {"G": groups, "M": m, "einsum_us": t_e, "installed_us": t_k,
                     "installed_path": K.select_path(m, groups)}
-            cands = candidates(m, groups)[: args.max_cands]
+            cands = candidates(m, groups, decoders=decoders, tma_warp=tma_warp)[: args.max_cands]
             best = None
             for cfg in cands:
                 if time.time() - t_start > args.budget_s:

@@ -652,15 +652,20 @@ PREFILL_BATCHED: dict[int, tuple[tuple[int, int | None], ...]] = {2: ((193, 512)
 # 15.8 (tc 18.2), 193..512 22.6 (prefill 25.8); 1024 rows stay on the prefill (38.0 vs 39.2, within 5%).
 # G=4: 33..64 12.8 (tc 15.0-15.2), 65..128 15.9-16.1 (tc 20.9-21.3), 129..192 23.1 (tc 29.4), 193..512 38.2
 # (prefill 46.8), 513.. 58.0 without PDL (prefill 73.6; the PDL launch 59.8).
+# Sixth session: the warp-specialised kernel (``decoders`` > 0) swept against this table in the same run
+# (docs/measurements/wo_a_issue26_ws_sweep.json, laid over the fifth session's by overlay_wg_table): it
+# replaces G=4 193..512 rows (34.2 us vs 37.9) and G=2 513+ (33.1 vs the prefill's 36.9); 3-10% slower at
+# 48..192 rows, where the table keeps the one-partition kernel.
 WG_TABLE: dict[int, tuple[tuple[int, int | None, WgConfig], ...]] = {
     2: ((33, 64, WgConfig(64, 64, 128, 4, 4, 6)),
         (65, 128, WgConfig(64, 128, 128, 4, 4, 4)),
         (129, 192, WgConfig(64, 128, 128, 2, 4, 4)),
-        (193, 512, WgConfig(64, 128, 128, 1, 4, 4))),
+        (193, 512, WgConfig(64, 128, 128, 1, 4, 4)),
+        (513, None, WgConfig(64, 256, 64, 1, 4, 4, decoders=4))),
     4: ((33, 64, WgConfig(64, 64, 128, 2, 4, 6)),
         (65, 128, WgConfig(64, 128, 128, 2, 4, 4)),
         (129, 192, WgConfig(64, 128, 128, 1, 4, 4)),
-        (193, 512, WgConfig(64, 256, 64, 1, 4, 4)),
+        (193, 512, WgConfig(64, 256, 64, 1, 4, 4, decoders=4)),
         (513, None, WgConfig(128, 256, 64, 1, 8, 4, pdl=False))),
 }
 
@@ -726,7 +731,8 @@ def wide_config(m: int, groups: int, rows: int, cols: int, device: torch.device 
 
 
 # Kernels that failed to compile or launch on a device: (path, device name) -> reason. Logged once; the
-# dispatcher then uses the next path (gluon/wide -> mid/small -> einsum), so a GPU that cannot run a
+# dispatcher then uses the next path (gluon/wide -> mid/small -> einsum; wg_ws, the warp-specialised wg
+# kernel, -> the one-partition wg kernel with the same tiling -> tc ...), so a GPU that cannot run a
 # kernel (the fleet's GB10, sm_121, cannot be measured here) still gets correct results.
 _FAILED: dict[tuple[str, str], str] = {}
 
@@ -918,6 +924,8 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
         else:
             try:
                 wg_cfg = config or wg_config(m, g, twin.rows, d)
+                if not explicit and wg_cfg.decoders and _failed("wg_ws", x.device):
+                    wg_cfg = replace(wg_cfg, decoders=0)  # the same tiling on the one-partition kernel
                 if not wg_cfg.fits(twin.rows, d):
                     raise ValueError(f"{wg_cfg} does not tile R={twin.rows}, D={d}")
                 if not _wg.wg_ok(x, twin):
@@ -1033,7 +1041,10 @@ def wo_a(x: torch.Tensor, twin: Twin, weight: torch.Tensor | None = None, *, out
     except Exception as exc:  # a kernel that does not compile or launch here: log once, next path
         if path is not None or config is not None or explicit_wg:
             raise
-        _mark_failed("mid" if chosen == "small" else chosen, x.device, exc)
+        if chosen == "wg" and wg_cfg.decoders:  # warp-specialised: the one-partition wg kernel next
+            _mark_failed("wg_ws", x.device, exc)
+        else:
+            _mark_failed("mid" if chosen == "small" else chosen, x.device, exc)
         return wo_a(x, twin, weight, out=out)
 
 
