@@ -21,8 +21,12 @@ started=$(date +%s)
 ansible-playbook playbooks/engine.yml >/dev/null
 echo "the fleet served after $(( $(date +%s) - started )) s (one boot of SIM_BOOT_S=$boot)"
 before=$(ls -d runs/*-campaign 2>/dev/null | sort | tail -1 || true)
+log=$(mktemp)
+rc=0
 ansible-playbook playbooks/campaign.yml -e window_confirmed=true -e window_end=2h \
-  -e campaign_plan=tests/integration/fixtures/campaigns/testbed-real-boots.yml | tail -25
+  -e campaign_plan=tests/integration/fixtures/campaigns/testbed-real-boots.yml >"$log" 2>&1 || rc=$?
+tail -25 "$log"; rm -f "$log"
+echo "campaign.yml rc=$rc"
 folder=$(ls -d runs/*-campaign | sort | tail -1)
 [ "$folder" != "$before" ] || { echo "no new campaign folder" >&2; exit 1; }
 python3 - "$folder" <<'PY'
