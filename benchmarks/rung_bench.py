@@ -45,10 +45,13 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / f"rung-bench-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
     args = ap.parse_args()
     tree = args.tree.resolve()
+    # ansible-runner starts ansible-playbook from PATH: this interpreter's (the project's .venv) first, as the
+    # tests do; without it `.venv/bin/python benchmarks/rung_bench.py` failed with rc 127 outside an activated venv
+    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
     inventory = str(ROOT / "inventory" / "testbed")
     rows = []
     for i in range(args.repeat):
-        folder = args.out / f"{i + 1:02d}{'-' + args.label if args.label else ''}"
+        folder = args.out.resolve() / f"{i + 1:02d}{'-' + args.label if args.label else ''}"
         folder.mkdir(parents=True, exist_ok=True)
         load0 = os.getloadavg()[0]
         cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)

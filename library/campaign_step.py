@@ -16,7 +16,9 @@ description:
     change), and writes the state file; with O(resume) it loads the state of an earlier run instead.
   - O(action=next) says what to do now (run, skip, resume, stop or finish) and writes the experiment file of a
     rung the campaign composes; O(action=start), O(action=finish), O(action=skip), O(action=restart) and
-    O(action=stop) record what happened; O(action=progress) says where a running rung stands;
+    O(action=stop) record what happened; O(action=abort) records that a step of the campaign itself failed (the
+    running rung from its own evidence, the campaign stopped as after a fleet-level failure, what was pending not
+    reached); O(action=progress) says where a running rung stands;
     O(action=report) writes REPORT.md, the plots and the terminal summary.
   - "Runs on the controller (a localhost play)."
 version_added: "1.1.0"
@@ -26,7 +28,7 @@ options:
     description: The step.
     type: str
     required: true
-    choices: [init, next, start, finish, skip, restart, stop, progress, report]
+    choices: [init, next, start, finish, skip, restart, stop, abort, progress, report]
   run_dir:
     description: The campaign's run folder (holds campaign-state.json).
     type: path
@@ -54,7 +56,9 @@ options:
     description: The rung of O(action=start), O(action=finish), O(action=skip), O(action=restart), O(action=progress).
     type: str
   reason:
-    description: Why (O(action=skip), O(action=restart), O(action=stop)); a note for O(action=finish).
+    description: >-
+      Why (O(action=skip), O(action=restart), O(action=stop); the failed step and its message for
+      O(action=abort)); a note for O(action=finish).
     type: str
     default: ""
   step:
@@ -133,6 +137,12 @@ deadline:
   returned: always
   type: str
   sample: "2026-12-03T06:00:00+01:00"
+ended:
+  description: For O(action=abort), the rungs that were running and are now recorded.
+  returned: action=abort
+  type: list
+  elements: str
+  sample: [02-folded_fence]
 stopped:
   description: Why the campaign stopped early (the window, a fleet-level failure), or null.
   returned: always
@@ -162,7 +172,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils import campaign_state as cs
-from ansible.module_utils.campaign_plan import PlanError, load_plan, rungs
+from ansible.module_utils.campaign_plan import PlanError, load_catalog, load_plan, rungs
 from ansible.module_utils.campaign_report import overhead, write as write_report
 from ansible.module_utils.campaign_window import WindowError, deadline, estimate, hm, progress_wait
 from ansible.module_utils.experiments import data_yaml, trial_phase
@@ -176,6 +186,37 @@ def _now() -> dt.datetime:
 def _catalog(state: dict, catalog_dir: str) -> dict:
     _, catalog = load_plan(state["plan_file"], catalog_dir)
     return catalog
+
+
+def _report_catalog(state: dict, catalog_dir: str) -> dict:
+    """The catalog for the report, which is written whatever happened: the plan file as the campaign runs it,
+    else (the file was removed or broken under the campaign, the failure the report then names) the plan the
+    state recorded when the campaign started, with its experiment folders."""
+    try:
+        return _catalog(state, catalog_dir)
+    except PlanError:
+        base = os.path.dirname(state["plan_file"])
+        folders = [catalog_dir] + [os.path.normpath(os.path.join(base, f)) for f in state["plan"].get("catalog") or []]
+        try:
+            return load_catalog([f for f in folders if os.path.isdir(f)])
+        except PlanError:
+            return {}
+
+
+def _decision(r: dict, folder: str) -> dict | None:
+    """A rung's decision from its own evidence: rollout.json, or {outcome: measured} for a measurement rung whose
+    bench result exists; None when it left none."""
+    if r["kind"] in ("baseline", "curve"):
+        label = "baseline" if r["kind"] == "baseline" else "curve"
+        return {"outcome": "measured", "reasons": []} if os.path.isfile(os.path.join(folder, f"bench-{label}.json")) else None
+    path = os.path.join(folder, "rollout.json")
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise cs.StateError(f"{path} cannot be read ({exc})") from None
 
 
 def job_finished(results_file: str, pid_file: str | None, wait_s: float) -> bool:
@@ -237,7 +278,7 @@ def _summary(state: dict) -> list[dict]:
 def main() -> None:
     module = AnsibleModule(argument_spec=dict(
         action=dict(type="str", required=True, choices=["init", "next", "start", "finish", "skip", "restart", "stop",
-                                                         "progress", "report"]),
+                                                         "abort", "progress", "report"]),
         run_dir=dict(type="path", required=True), plan=dict(type="path"), catalog=dict(type="path", required=True),
         window_end=dict(type="str"), kept=dict(type="list", elements="str", default=[]),
         resume=dict(type="bool", default=False), rung=dict(type="str"), reason=dict(type="str", default=""),
@@ -276,7 +317,8 @@ def main() -> None:
                 state["resumed"].append(now.isoformat())
                 save(state)
         if p["action"] == "next":
-            step = cs.next_action(state, _catalog(state, p["catalog"]), now)
+            catalog = _catalog(state, p["catalog"])
+            step = cs.next_action(state, catalog, now)
             doc = step.pop("experiment_doc", None)
             if doc is not None and not module.check_mode:
                 os.makedirs(step["run_dir"], exist_ok=True)
@@ -285,7 +327,9 @@ def main() -> None:
                 step["experiment_doc"] = doc
             if step["action"] == "run":
                 slots = cs.incumbent_slots(p["incumbent_file"], p["slots"]) if p["incumbent_file"] else p["slots"]
-                step["playbook"], nested_vars = cs.nested_run(state, step, slots)
+                exp = doc or catalog.get(step.get("best") or cs.rung(state, step["rung"]).get("experiment") or "") or {}
+                primary = (exp.get("workloads") or {}).get("primary")
+                step["playbook"], nested_vars = cs.nested_run(state, step, slots, primary)
                 step["vars_file"] = os.path.join(step["run_dir"], "rung-vars.json")
                 if not module.check_mode:
                     os.makedirs(step["run_dir"], exist_ok=True)
@@ -301,16 +345,7 @@ def main() -> None:
         elif p["action"] == "finish":
             r = cs.rung(state, p["rung"])
             folder = r.get("run_dir") or cs.rung_dir(state, r)
-            result = None
-            if r["kind"] in ("baseline", "curve"):
-                label = "baseline" if r["kind"] == "baseline" else "curve"
-                if os.path.isfile(os.path.join(folder, f"bench-{label}.json")):
-                    result = {"outcome": "measured", "reasons": []}
-            else:
-                path = os.path.join(folder, "rollout.json")
-                if os.path.isfile(path):
-                    with open(path) as fh:
-                        result = json.load(fh)
+            result = _decision(r, folder)
             note = p["reason"]
             if result is None:
                 fails = (p["nested"] or {}).get("failures") or []
@@ -336,6 +371,16 @@ def main() -> None:
         elif p["action"] == "stop":
             cs.stop(state, p["reason"])
             save(state)
+        elif p["action"] == "abort":
+            decisions = {}
+            for r in state["rungs"]:
+                if r["status"] == "running":
+                    try:
+                        decisions[r["id"]] = _decision(r, r.get("run_dir") or cs.rung_dir(state, r))
+                    except cs.StateError:
+                        decisions[r["id"]] = None
+            out["ended"] = [r["id"] for r in cs.abort(state, now, p["reason"], decisions)]
+            save(state)
         elif p["action"] == "progress":
             r = cs.rung(state, p["rung"])
             folder = r.get("run_dir") or cs.rung_dir(state, r)
@@ -357,7 +402,7 @@ def main() -> None:
             state["overhead"] = overhead(state, now, run_dir)
             save(state)
             if not module.check_mode:
-                rep = write_report(state, _catalog(state, p["catalog"]), run_dir)
+                rep = write_report(state, _report_catalog(state, p["catalog"]), run_dir)
                 out.update(report=rep["report"], plots=rep["plots"], summary=rep["summary"], changed=True)
     except (PlanError, WindowError, cs.StateError) as exc:
         module.fail_json(msg=f"{exc}." + (" Nothing was changed." if p["action"] == "init" else ""))

@@ -111,6 +111,7 @@ def rung_row(rung: dict, folder: str, catalog: dict) -> dict:
     cand = _json(os.path.join(folder, "bench-candidate.json")) if folder else None
     if rung["kind"] == "baseline":
         cand = _json(os.path.join(folder, "bench-baseline.json")) if folder else None
+    inc = _json(os.path.join(folder, "bench-incumbent.json")) if folder and rung["kind"] != "baseline" else None
     status = rung["status"]
     if status == "done":
         verdict = VERDICT.get(str(rung.get("outcome")), str(rung.get("outcome")))
@@ -129,6 +130,8 @@ def rung_row(rung: dict, folder: str, catalog: dict) -> dict:
             "primary": f"{p[0]} c{p[1]}", "primary_value": condition(cand, *p),
             "secondary": f"{s[0]} c{s[1]}" if s else "-", "secondary_value": condition(cand, *s) if s else None,
             "ratio": decision.get("ratio"), "ci": ci, "threshold": decision.get("threshold"),
+            # aggregate tok/s of the primary workload, incumbent and candidate arms: what more slots trade for
+            "aggregate": [(condition(inc, *p) or {}).get("aggregate"), (condition(cand, *p) or {}).get("aggregate")],
             "verdict": verdict, "reason": " ".join("; ".join(str(r) for r in reasons).split())[:220],
             "folder": os.path.relpath(folder, os.path.dirname(os.path.dirname(folder))) if folder else ""}
 
@@ -323,11 +326,13 @@ def markdown(state: dict, data: dict) -> str:
         out.append("None.")
     out += ["", "## Operator's call (measured, never kept automatically)", ""]
     for row in data["operator_call"] or []:
-        out.append(f"- {row['change']}: {row['primary']} {_fmt(row['primary_value'])}, ratio {_ratio_text(row)}, "
-                   f"{row['verdict']}; {row['reason'] or 'no reason recorded'}")
+        agg = row.get("aggregate") or [None, None]
+        out.append(f"- {row['change']}: {row['primary']} {_fmt(row['primary_value'])} tok/s a stream, ratio {_ratio_text(row)}"
+                   + (f", aggregate {agg[0]:.1f} -> {agg[1]:.1f} tok/s" if None not in agg else "")
+                   + f", {row['verdict']}; {row['reason'] or 'no reason recorded'}")
     if not data["operator_call"]:
         out.append("None.")
-    out += ["", "## Not reached before the window closed", ""]
+    out += ["", "## Not reached before the window closed (or before the campaign stopped)", ""]
     out += [f"- {row['id']} {row['change']}: {row['reason']}" for row in data["not_reached"]] or ["None."]
     out += ["", "## Skipped", ""]
     out += [f"- {row['id']} {row['change']}: {row['reason']}" for row in data["skipped"]] or ["None."]

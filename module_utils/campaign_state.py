@@ -190,9 +190,28 @@ def incumbent_slots(path: str, default: int = 4) -> int:
         return int(default)
 
 
-def nested_run(state: dict, step: dict, slots: int = 4) -> tuple[str, dict]:
+def with_primary(settings: dict, primary: dict | None) -> dict:
+    """The plan's rollout variables with the experiment's primary workload added to what is measured: the keep
+    rule decides on the primary (module_utils/keep_rule.py), so a plan that measures prose c1 only still
+    measures slots_8 at prose c8 (its primary; without it the decision was "too few samples (candidate 0,
+    incumbent 0)"). The plan's own types and concurrencies stay, in their order."""
+    if not primary:
+        return settings
+    out = dict(settings)
+    ptype, pconc = str(primary.get("type") or "prose"), int(primary.get("concurrency") or 1)
+    types = list(out.get("rollout_types") or ["prose", "code"])
+    conc = [int(c) for c in out.get("rollout_concurrency") or [1, 2, 4]]
+    if ptype not in types:
+        out["rollout_types"] = types + [ptype]
+    if pconc not in conc:
+        out["rollout_concurrency"] = sorted(conc + [pconc])
+    return out
+
+
+def nested_run(state: dict, step: dict, slots: int = 4, primary: dict | None = None) -> tuple[str, dict]:
     """(playbook, extra vars) of a rung's nested run: rollout.yml with the plan's rollout variables for a
-    rollout rung; baseline.yml or bench.yml for a measurement (the curve up to the incumbent's slots)."""
+    rollout rung (and its experiment's ``primary`` workload, with_primary); baseline.yml or bench.yml for a
+    measurement (the curve up to the incumbent's slots)."""
     r = rung(state, step["rung"])
     # The campaign ran the read-only preflight with parity required before its first rung; a rung's nested
     # run does not repeat it (15-20 s a rung on the testbed) and says so in its record. Its own restore-point
@@ -208,7 +227,7 @@ def nested_run(state: dict, step: dict, slots: int = 4) -> tuple[str, dict]:
     if r["kind"] == "curve":
         conc = [c for c in r.get("concurrency") or [1, 2, 4] if c <= max(int(slots), 1)]
         return "bench.yml", dict(bench, bench_label="curve", bench_types=r.get("types") or types, bench_concurrency=conc)
-    return "rollout.yml", dict(settings, window_confirmed=True, **(step.get("rollout") or {}))
+    return "rollout.yml", dict(with_primary(settings, primary), window_confirmed=True, **(step.get("rollout") or {}))
 
 
 def _by_name(state: dict, name: str) -> dict:
@@ -266,6 +285,22 @@ def finish(state: dict, rung_id: str, now: dt.datetime, result: dict | None, not
         stop(state, f"rung {rung_id}: the fleet was not restored ({'; '.join(result.get('reasons') or [])[:300]})",
              fleet_failure=True)
     return r
+
+
+def abort(state: dict, now: dt.datetime, reason: str, decisions: dict[str, dict | None]) -> list[dict]:
+    """A step of the campaign itself failed (not a rung's verdict): every rung still running is recorded, from
+    its own decision when it left one (``decisions``: rung id -> rollout.json or None), else as failed with the
+    failure as its note; the campaign stops as after a fleet-level failure (the fleet is proven, restored if
+    need be, and reported), and what was pending is not reached."""
+    why = f"a step of the campaign failed: {reason}"
+    stop(state, why, fleet_failure=True)            # the pending rungs: not reached, for this reason
+    ended = []
+    for r in state["rungs"]:
+        if r["status"] == "running":
+            ended.append(finish(state, r["id"], now, decisions.get(r["id"]),
+                                note=f"interrupted: a step of the campaign failed ({reason})"))
+    stop(state, why, fleet_failure=True)            # finish() of a rung without a decision stopped it in its words
+    return ended
 
 
 def skip(state: dict, rung_id: str, reason: str, status: str = "skipped") -> dict:

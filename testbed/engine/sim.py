@@ -558,11 +558,12 @@ def run() -> int:
     static = float(env.get("MEM_FRACTION_STATIC", "0.95")) * mem["MemTotal"]
     log(f"Load weight begin. avail mem={min(static, mem['MemAvailable']) / GIB:.2f} GB")
     capacity = kv_capacity(env, mem, desktop, wo_a_bytes + marker_bytes)
-    time.sleep(0.3 * scale)   # weight loading, compressed
+    phases = boot_phases(env, scale)
+    time.sleep(phases["load"])   # weight loading (compressed unless SIM_BOOT_S asks for the real fleet's length)
     engram_lines, packed = engram_boot(env, rank, tp)
     for line in engram_lines:
         log(line)
-    load_s = 0.3 * scale
+    load_s = phases["load"]
     # The weights take what the static pool holds beyond the KV budget; the draft is ~2.8 GB of it.
     draft_bytes = 2.80 * GIB
     target_bytes = max(0.0, RANK_WEIGHTS_BYTES - draft_bytes)
@@ -611,8 +612,8 @@ def run() -> int:
     chunk = int(env.get("CHUNKED_PREFILL_SIZE", "1024") or 1024)
     log(f"Capture target verify CUDA graph begin. backend=full, num_tokens_per_req={block + 1}, "
         f"bs={list(range(1, slots + 1))}, avail mem={avail / GIB:.2f} GB")
-    time.sleep(0.2 * scale)
-    log(f"Capture target verify CUDA graph end. elapsed={0.2 * scale:.2f} s, mem usage=0.41 GB, "
+    time.sleep(phases["graphs"])
+    log(f"Capture target verify CUDA graph end. elapsed={phases['graphs']:.2f} s, mem usage=0.41 GB, "
         f"avail mem={avail / GIB - 0.41:.2f} GB.")
     if rank != 0:
         log(f"Dummy health check server started in background thread at 0.0.0.0:{env.get('PORT', '8888')}")
@@ -624,9 +625,23 @@ def run() -> int:
         f"max_running_requests={slots}, context_len=1048576, available_gpu_mem={avail / GIB - 0.12:.2f} GB")
     elapsed = time.monotonic() - started
     log_main(f"Engine startup timings (s): load_weight={load_s + 0.05 * scale:.2f}, kv_cache_allocation=0.01, "
-             f"scheduler_e2e={elapsed:.2f}, cuda_graph={{prefill=0.00, decode=0.00, target_verify={0.2 * scale:.2f}, "
+             f"scheduler_e2e={elapsed:.2f}, cuda_graph={{prefill=0.00, decode=0.00, target_verify={phases['graphs']:.2f}, "
              f"draft_decode=0.00}}, tokenizer_e2e={elapsed + 0.01:.2f}")
-    return serve_head(env, fleet, wo_a_path, block, slots, scale)
+    return serve_head(env, fleet, wo_a_path, block, slots, scale, phases["warmup"])
+
+
+def boot_phases(env: dict, scale: float) -> dict:
+    """Seconds of a boot's three slow phases: the weight load, the CUDA graph captures, the warm-up.
+
+    Compressed by default (0.3, 0.2 and 0.1 simulated seconds, times SIM_TIME_SCALE: a boot takes a couple of
+    seconds). SIM_BOOT_S, a calibration knob the testbed's inventory sets (engine_env), gives a boot the real
+    fleet's length instead (docs/reference.md section 10: 3-6 minutes, of which the weight load ~200 s):
+    80 % weight load, 10 % graphs, 10 % warm-up (SIM_BOOT_S=240: 192 s, 24 s, 24 s), whatever the time scale,
+    so that a campaign on the testbed can be timed with real boots (docs/campaign.md)."""
+    boot = float(env.get("SIM_BOOT_S", "0") or 0)
+    if boot > 0:
+        return {"load": 0.8 * boot, "graphs": 0.1 * boot, "warmup": 0.1 * boot}
+    return {"load": 0.3 * scale, "graphs": 0.2 * scale, "warmup": 0.0}
 
 
 def _prefixed(line: str) -> str:
@@ -640,7 +655,7 @@ def pool_sizes_line(full: int) -> str:
             f"c128_state=0")
 
 
-def serve_head(env: dict, fleet: list, wo_a_path: str, block: int, slots: int, scale: float) -> int:
+def serve_head(env: dict, fleet: list, wo_a_path: str, block: int, slots: int, scale: float, warmup_s: float = 0.0) -> int:
     from engine import api
     api_key = None
     try:
@@ -666,7 +681,8 @@ def serve_head(env: dict, fleet: list, wo_a_path: str, block: int, slots: int, s
         raise BootError(f"Fresh inference failed: 19 + 23 answered {answer!r}")
     raw("Fresh inference passed: 19 + 23 = 42")
     raw(f"Batch output sanity check passed: batch of {slots} returned Latin prose.")
-    raw(f"Warm-up done in {max(1, round(0.1 * scale))}s (4 prompt sizes + one batch of {slots})")
+    time.sleep(warmup_s)
+    raw(f"Warm-up done in {max(1, round(warmup_s or 0.1 * scale))}s (4 prompt sizes + one batch of {slots})")
     key_note = "Key is in /state/api-key." if api_key else "no API key."
     sep = ". " if api_key else ", "
     raw(f"Ready: API on port {port} (rank 0){sep}{key_note}")

@@ -50,3 +50,40 @@ def test_record_json_holds_the_rungs_nested_results_masked_and_no_progress_steps
     assert "stdout_tail" not in finish["nested"]
     text = (run_dir / "record.json").read_text()
     assert "hf_nested_secret_42" not in text and "HF_TOKEN=********" in text
+
+
+def test_a_failed_step_is_recorded_and_the_report_written_without_the_plan_file(tmp_path):
+    """The rescue of campaign.yml's rung loop, as module calls: a rung starts, its plan file is removed, the
+    next `next` fails (it reads the plan); `abort` records the failure and the running rung, and `report`
+    writes REPORT.md from the plan the state recorded (the file is gone)."""
+    plan = tmp_path / "plan.yml"
+    plan.write_text(PLAN.read_text())
+    campaign = tmp_path / "campaign"
+    common = {"run_dir": str(campaign), "catalog": str(ROOT / "experiments")}
+    tasks = [
+        {"name": "Init", "campaign_step": dict(common, action="init", plan=str(plan), window_end="2h")},
+        {"name": "Next", "campaign_step": dict(common, action="next"), "register": "nxt"},
+        {"name": "Start", "campaign_step": dict(common, action="start", rung="{{ nxt.step.rung }}", step="{{ nxt.step }}")},
+        {"name": "Remove the plan", "ansible.builtin.file": {"path": str(plan), "state": "absent"}},
+        {"name": "Steps", "block": [{"name": "What now", "campaign_step": dict(common, action="next")}],
+         "rescue": [{"name": "Abort", "campaign_step": dict(common, action="abort",
+                                                            reason="'{{ ansible_failed_task.name }}': {{ ansible_failed_result.msg }}"),
+                     "register": "aborted"}]},
+        {"name": "Report", "campaign_step": dict(common, action="report"), "register": "rep"},
+        {"name": "Show", "ansible.builtin.debug": {"msg": "{{ aborted.ended }} {{ rep.summary }}"}},
+    ]
+    play = tmp_path / "p.yml"
+    play.write_text(yaml.safe_dump([{"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": tasks}]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), SPARKFLEET_RUN_DIR=str(tmp_path / "run"),
+               ANSIBLE_HOME=str(tmp_path / ".ansible"))
+    out = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(play),
+                          "-e", '{"ansible_python_interpreter": "' + sys.executable + '"}'],
+                         cwd=ROOT, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    state = json.loads((campaign / "campaign-state.json").read_text())
+    assert state["stopped"]["fleet_failure"] and "'What now': " in state["stopped"]["reason"]
+    assert "cannot read the plan file" in state["stopped"]["reason"]
+    assert [(r["status"], r.get("outcome")) for r in state["rungs"]][:2] == [("done", "failed"), ("not_reached", None)]
+    report = (campaign / "REPORT.md").read_text()
+    assert "**Stopped early**: a step of the campaign failed: 'What now': cannot read the plan file" in report
+    assert "| 01-pack_engram | A | pack_engram |" in report and "- 02-folded_fence folded_fence: a step of the campaign" in report

@@ -188,3 +188,45 @@ def test_the_best_single_winner_survives_the_state_file_between_steps(tmp_path):
     assert cs.load(str(tmp_path))["kept"] == ["prefetch_direct"]
     combo = step(lambda s: cs.next_action(s, catalog, NOW), save=False)
     assert combo["kind"] == "combination" and combo["experiment_doc"]["includes"] == ["prefetch_direct", "verify_cap_conf01"]
+
+
+def test_every_rung_measures_its_experiments_primary_workload(tmp_path):
+    """The keep rule decides on the experiment's primary workload; the testbed plans measure prose c1 only, so
+    slots_8 (primary prose c8, the operator's call) was decided on no sample at all: "too few samples
+    (candidate 0, incumbent 0)" (6-rung campaign, 2026-12-04). Its primary is added to what is measured."""
+    state, catalog = campaign(tmp_path)
+    for outcome in ("reverted", "failed", "kept"):
+        run(state, catalog, outcome)
+    cs.skip(state, "04-wo_a_drop", "x")
+    for outcome in ("kept", "failed"):
+        run(state, catalog, outcome)
+    action = cs.next_action(state, catalog, NOW)
+    assert action["rung"] == "07-slots_8"
+    _, nested = cs.nested_run(state, action, 4, catalog["slots_8"]["workloads"]["primary"])
+    assert nested["rollout_types"] == ["prose"] and nested["rollout_concurrency"] == [1, 8]
+    # already measured: nothing added; another type: added after the plan's own
+    settings = {"rollout_types": ["prose"], "rollout_concurrency": [1, 2]}
+    assert cs.with_primary(settings, {"type": "prose", "concurrency": 2}) == settings
+    assert cs.with_primary(settings, {"type": "code", "concurrency": 4}) == {"rollout_types": ["prose", "code"],
+                                                                            "rollout_concurrency": [1, 2, 4]}
+    assert cs.with_primary(settings, None) == settings
+
+
+def test_a_failed_campaign_step_records_the_running_rung_and_stops(tmp_path):
+    """A step of the campaign itself failed (not a rung's verdict): the rung in progress is recorded from its
+    own decision if it left one, else as failed and interrupted; the campaign stops as after a fleet-level
+    failure and the rest is not reached."""
+    state, catalog = campaign(tmp_path)
+    action = cs.next_action(state, catalog, NOW)
+    cs.start(state, action["rung"], NOW, action)
+    ended = cs.abort(state, NOW, "'What now': cannot read the plan file", {action["rung"]: None})
+    assert [r["id"] for r in ended] == ["01-folded_fence"]
+    assert (ended[0]["status"], ended[0]["outcome"]) == ("done", "failed") and "interrupted" in ended[0]["note"]
+    assert state["stopped"] == {"reason": "a step of the campaign failed: 'What now': cannot read the plan file",
+                                "fleet_failure": True}
+    assert all(r["status"] == "not_reached" for r in state["rungs"][1:])
+    state, catalog = campaign(tmp_path)
+    action = cs.next_action(state, catalog, NOW)
+    cs.start(state, action["rung"], NOW, action)
+    cs.abort(state, NOW, "x", {action["rung"]: {"outcome": "reverted", "reasons": ["gain not shown"], "restore_ok": True}})
+    assert (state["rungs"][0]["outcome"], state["stopped"]["fleet_failure"]) == ("reverted", True)

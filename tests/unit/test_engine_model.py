@@ -118,3 +118,20 @@ def test_config_fills_ranks_and_hides_key():
     assert "secret" not in repr(cfg.public())
     described = StepModel(cfg).describe()
     assert set(described) >= {"terms", "step_ms_by_batch", "accepted_per_step", "tok_s_c1", "straggler_rank"}
+
+
+def test_a_boot_takes_the_real_fleets_length_only_when_the_testbed_asks(monkeypatch):
+    """SIM_BOOT_S (testbed/engine/sim.py boot_phases): unset, a boot is compressed by the time scale; set, it
+    lasts that long (80 % weight load, 10 % graphs, 10 % warm-up), whatever the time scale (docs/reference.md
+    section 10: 3-6 minutes, load ~200 s), so that the campaign's overhead can be timed with real boots."""
+    import os
+    import sys
+
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(__file__), "..", "..", "testbed"))
+    sys.modules.pop("engine.sim", None)
+    from engine import sim
+
+    assert sim.boot_phases({}, 0.25) == {"load": 0.075, "graphs": 0.05, "warmup": 0.0}
+    assert sim.boot_phases({"SIM_BOOT_S": "0"}, 1.0) == {"load": 0.3, "graphs": 0.2, "warmup": 0.0}
+    phases = sim.boot_phases({"SIM_BOOT_S": "240"}, 0.25)
+    assert phases == {"load": 192.0, "graphs": 24.0, "warmup": 24.0} and sum(phases.values()) == 240
