@@ -180,6 +180,7 @@ def test_four_hosts_then_down_leaves_nothing(tmp_path):
     for name, pid in daemons.items():   # stopped by pid (a zombie of an exited daemon is gone)
         assert not os.path.exists(f"/proc/{pid}") or \
             open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z", name
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not any(n.split()[0] in (f"{NS}fleetctl", f"{NS}spark1", f"{NS}spark4") for n in names.splitlines() if n)
     mounts = open("/proc/self/mountinfo").read()
     assert ".testbed" not in mounts
