@@ -3,14 +3,14 @@
 
 Makes what docs/reference.md section 1 describes for this host: the serving user and its recipe checkout,
 the engram dir, stale shards, the GPU stand-in's state, systemd units (clock lock, desktop, GPU
-dashboard), the engine images (built with the docker stand-in from the recipe checkout), the
-workers' NFS weights volume, background containers and the autotune caches of an earlier boot.
+dashboard), the engine images (imported from the testbed's root filesystems, then `docker build` of the
+recipe checkout on the host's own dockerd), the workers' weights volume (bind-backed, the fleet's NFS volume's
+name and mount point), background containers and the autotune caches of an earlier boot.
 Usage: provision.py HOST_SPEC_JSON
 """
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import pwd
@@ -25,14 +25,6 @@ UNIT_DIR = "/etc/systemd/system"
 MAGIC = 0x31344E4531565344
 
 
-def load(name: str, path: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-docker = load("docker_standin", f"{TESTBED}/standins/docker.py")
 sys.path.insert(0, TESTBED)
 from engine import autotune as sim_autotune  # noqa: E402
 
@@ -111,51 +103,17 @@ def recipe_checkout(spec: dict) -> str:
     return base
 
 
-def images(spec: dict, checkout: str) -> None:
-    staging = "/tmp/engine-image"
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(f"{TESTBED}/engine", f"{staging}/opt/sglang-sim/engine",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    os.makedirs(f"{staging}/sgl-workspace")
-    docker.create_image(staging, ["lmsysorg/sglang:dev-dsv41"],
-                        {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                                 "PYTHONPATH=/opt/sglang-sim", "SGLANG_VERSION=0.5.4.post2+dsv41",
-                                 "NCCL_VERSION=2.27.7-1"],
-                         "Cmd": ["python3", "-m", "engine.sim", "--help"], "WorkingDir": "/sgl-workspace"},
-                        labels={"org.opencontainers.image.title": "sglang", "engine.version": "0.5.4.post2+dsv41",
-                                "flashinfer.version": "0.5.2"})
-    docker.build(checkout, ["dsv41-3x-spark:local"], None, {}, quiet=True)
-    docker.create_image(None, ["sparkfleet/sleeper:latest"], {"Cmd": ["sleep", "infinity"]})
-
-
-def background_containers(spec: dict) -> None:
-    for name, image_ref in spec["background_containers"]:
-        image = docker.find_image(image_ref) or docker.create_image(
-            None, [image_ref], {"Cmd": ["sleep", "infinity"]}, labels={"org.opencontainers.image.ref.name": image_ref})
-        opts, image_name, cmd = docker.parse_run(["-d", "--name", name, "--restart", "unless-stopped",
-                                                  "--label", f"owner={spec['user']}",
-                                                  "--label", "com.docker.compose.project=homelab", image_ref])
-        docker.start(docker.create_container(opts, image_name, cmd), detach=True)
-
-
-def weights_volume(spec: dict) -> None:
-    if spec["rank"] == 0:
-        return
-    docker.volume_create("dsv41-weights", "local", {
-        "type": "nfs", "o": f"addr={spec['head_address']},nfsvers=4.2,ro,nconnect=8,rsize=1048576,hard",
-        "device": ":/srv/models/DeepSeek-V4.1-Flash"})
-
-
-# ---------------------------------------------------------------- a real dockerd (engine `docker`)
+# ---------------------------------------------------------------- images, volume and containers on the host's dockerd
 
 ENGINE_ENV = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH=/opt/sglang-sim",
               "SGLANG_VERSION=0.5.4.post2+dsv41", "NCCL_VERSION=2.27.7-1"]
 ENGINE_LABELS = {"org.opencontainers.image.title": "sglang", "engine.version": "0.5.4.post2+dsv41",
                  "flashinfer.version": "0.5.2"}
 IMAGES = "/usr/lib/sparkfleet-testbed-state/images"
+SLEEPER = "trap 'exit 0' TERM; sleep infinity & wait"
 
 
-def real_images(spec: dict, checkout: str) -> None:
+def images(spec: dict, checkout: str) -> None:
     """The engine's base image imported from a local root filesystem (the rank simulator inside, one layer), then the recipe's image built from the operator's checkout with
     `docker build` exactly as the recipe builds it; a tiny image for the sleepers."""
     changes = [f"ENV {item}" for item in ENGINE_ENV]
@@ -163,12 +121,15 @@ def real_images(spec: dict, checkout: str) -> None:
                 "WORKDIR /sgl-workspace", 'CMD ["python3", "-m", "engine.sim", "--help"]']
     step("import engine base", sh, "docker", "import", *[arg for change in changes for arg in ("--change", change)],
          f"{IMAGES}/rootfs-engine.tar", "lmsysorg/sglang:dev-dsv41")
-    step("import sleeper", sh, "docker", "import", "--change", 'CMD ["sleep", "infinity"]', f"{IMAGES}/rootfs-tiny.tar",
+    # PID 1 of a container gets no SIGTERM it has no handler for: a bare `sleep` made every `docker stop` (and each
+    # daemon's shutdown at `down`) wait out its timeout. The shell's trap ends it at once, as a service would.
+    step("import sleeper", sh, "docker", "import", "--change", f"CMD {json.dumps(['sh', '-c', SLEEPER])}",
+         f"{IMAGES}/rootfs-tiny.tar",
          "sparkfleet/sleeper:latest")
     step("build dsv41-3x-spark:local", sh, "docker", "build", "-q", "-t", "dsv41-3x-spark:local", checkout)
 
 
-def real_weights_volume(spec: dict) -> None:
+def weights_volume(spec: dict) -> None:
     """The workers' dsv41-weights: an NFS volume on the fleet; here a bind-backed local volume of the same
     name onto the head's export as this host sees it (hostinit binds it)."""
     if spec["rank"] == 0:
@@ -181,7 +142,7 @@ def real_weights_volume(spec: dict) -> None:
     sh(*argv, "dsv41-weights")
 
 
-def real_background_containers(spec: dict) -> None:
+def background_containers(spec: dict) -> None:
     """spark3's non-serving containers, started in parallel (19 serial `docker run`s take long)."""
     procs = []
     for name, image_ref in spec["background_containers"]:
@@ -303,14 +264,9 @@ def main() -> None:
     checkout = step("recipe checkout", recipe_checkout, spec)
     step("stale shards", stale_shards, spec)
     step("units", units, spec)
-    if spec.get("engine") == "docker":
-        step("images", real_images, spec, checkout)
-        step("weights volume", real_weights_volume, spec)
-        step("background containers", real_background_containers, spec)
-    else:
-        step("images", images, spec, checkout)
-        step("weights volume", weights_volume, spec)
-        step("background containers", background_containers, spec)
+    step("images", images, spec, checkout)
+    step("weights volume", weights_volume, spec)
+    step("background containers", background_containers, spec)
     step("autotune caches", autotune_caches, spec)
     step("node packages", node_packages, spec)
     print(f"{spec['name']}: provisioned")

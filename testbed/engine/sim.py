@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import struct
 import sys
@@ -719,6 +720,17 @@ def health() -> int:
         return 1
 
 
+def stop_on_sigterm() -> None:
+    """`docker stop` sends SIGTERM: a serving rank shuts down at once, as SGLang's server does. Without a handler
+    the kernel drops SIGTERM for a container's PID 1, so every stop waited out its timeout and ended in SIGKILL."""
+    def stop(signum, frame):
+        log("Received SIGTERM: shutting down")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    signal.signal(signal.SIGTERM, stop)
+
+
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else "run"
     if command == "health":
@@ -726,6 +738,7 @@ def main(argv: list[str]) -> int:
     if command != "run":
         print(f"usage: boot.py run|health (got {command!r})", file=sys.stderr)
         return 2
+    stop_on_sigterm()
     try:
         return run()
     except BootError as exc:

@@ -1,7 +1,7 @@
-"""The testbed's container engine: the docker CLI stand-in (default) or a real dockerd per host.
+"""The testbed's container engine: a real Debian `dockerd` per host (issue 22).
 
-`SPARKFLEET_TESTBED_ENGINE=docker` (or `testbed/fleet up --engine docker`) gives every host its own Debian
-`dockerd` (docker.io, daemon 20.10) started inside the host's network, mount and UTS namespaces:
+Every host gets its own `dockerd` (docker.io, daemon 20.10) started inside the host's network, mount and UTS
+namespaces (`testbed/fleet up`; `--engine docker` and `SPARKFLEET_TESTBED_ENGINE=docker` name the only engine):
 
 - data-root /var/lib/docker on a tmpfs of the host's own (hostinit mounts it), exec-root /run/docker and the socket at the
   standard /var/run/docker.sock on the host's private /run tmpfs, pidfile /run/docker.pid;
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from .common import REPO, TESTBED_ID, TestbedError, log
 
-ENGINES = ("standin", "docker")
+ENGINES = ("docker",)
 DAEMON_TOOLS = {"/usr/sbin/dockerd": "docker.io", "/usr/bin/docker": "docker.io", "/usr/bin/containerd": "containerd",
                 "/usr/sbin/runc": "runc"}
 # Bumped when what goes into a root filesystem changes: the cached tarballs are rebuilt.
@@ -46,7 +46,10 @@ DAEMON_START_S = 60.0
 
 
 def engine_from_env(value: str | None = None) -> str:
-    engine = (value or os.environ.get("SPARKFLEET_TESTBED_ENGINE") or "standin").strip()
+    engine = (value or os.environ.get("SPARKFLEET_TESTBED_ENGINE") or "docker").strip()
+    if engine == "standin":
+        raise TestbedError("the docker CLI stand-in was removed (issue 22): every testbed host runs a real dockerd; "
+                           "unset SPARKFLEET_TESTBED_ENGINE or set it to docker")
     if engine not in ENGINES:
         raise TestbedError(f"unknown testbed engine {engine!r}; known: {', '.join(ENGINES)} "
                            "(SPARKFLEET_TESTBED_ENGINE or testbed/fleet up --engine)")

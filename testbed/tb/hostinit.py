@@ -3,8 +3,9 @@ then becomes its sshd. Usage: hostinit.py STATE_DIR HOST_SPEC_JSON
 
 Overlays keep /etc, /var, /usr and /opt writable per host without touching the real machine; tmpfs
 volumes give /home and /srv/archive real sizes (so free space and ENOSPC are real); the testbed folder
-is bound read-only at /usr/lib/sparkfleet-testbed; stand-ins are linked over nvidia-smi, docker,
-systemctl, update-initramfs and journalctl; /proc/meminfo is the host's own file.
+is bound read-only at /usr/lib/sparkfleet-testbed; stand-ins are linked over nvidia-smi, systemctl,
+update-initramfs and journalctl; Debian's docker client talks to the host's own dockerd (testbed/tb/engine.py),
+whose data-root is a tmpfs of the host's; /proc/meminfo is the host's own file.
 
 What the preflight reads is per host too (preflight_view): /proc/cmdline, /proc/buddyinfo, /proc/swaps and
 /proc/sys/kernel/osrelease are bound from files in /run/testbed; /proc/driver is a tmpfs holding
@@ -72,24 +73,21 @@ def main() -> None:
     mount("tmpfs", "tmpfs", "/srv/archive", f"mode=755,size={spec['archive_size']}")
 
     standins = f"{HOST_TESTBED}/standins"
-    real_engine = spec.get("engine") == "docker"
-    tools = {"/usr/bin/nvidia-smi": f"{standins}/nvidia_smi.py", "/usr/bin/docker": f"{standins}/docker.py",
+    tools = {"/usr/bin/nvidia-smi": f"{standins}/nvidia_smi.py",
              "/usr/sbin/update-initramfs": f"{standins}/update_initramfs.sh",
              "/usr/bin/journalctl": f"{standins}/journalctl.py",
              "/usr/bin/systemctl": f"{standins}/systemctl.py"}   # in front of state_dir/systemctl3.py
-    if real_engine:
-        # A real dockerd per host (testbed/tb/engine.py): Debian's docker client, and the GPU hook dockerd looks
-        # for on its PATH to register `--gpus`.
-        del tools["/usr/bin/docker"]
-        link("/usr/bin/docker", "/usr/local/bin/docker")
-        link(f"{standins}/nvidia_container_runtime_hook.py", "/usr/local/bin/nvidia-container-runtime-hook")
-        # runc by name on dockerd's PATH: lowers a resource limit this machine's root may not raise (memlock).
-        link(f"{standins}/runc.py", "/usr/local/sbin/runc")
-        private_dev()
-        cgroups()
-        # dockerd's data-root on its own tmpfs: overlay2 needs an upper folder that is not on overlayfs (the
-        # host's /var is an overlay), and a tmpfs is private to the host and gone with its mount namespace.
-        mount("tmpfs", "tmpfs", "/var/lib/docker", f"mode=710,size={spec.get('docker_root_size', '2g')}")
+    # A real dockerd per host (testbed/tb/engine.py): Debian's docker client, and the GPU hook dockerd looks
+    # for on its PATH to register `--gpus`.
+    link("/usr/bin/docker", "/usr/local/bin/docker")
+    link(f"{standins}/nvidia_container_runtime_hook.py", "/usr/local/bin/nvidia-container-runtime-hook")
+    # runc by name on dockerd's PATH: lowers a resource limit this machine's root may not raise (memlock).
+    link(f"{standins}/runc.py", "/usr/local/sbin/runc")
+    private_dev()
+    cgroups()
+    # dockerd's data-root on its own tmpfs: overlay2 needs an upper folder that is not on overlayfs (the
+    # host's /var is an overlay), and a tmpfs is private to the host and gone with its mount namespace.
+    mount("tmpfs", "tmpfs", "/var/lib/docker", f"mode=710,size={spec.get('docker_root_size', '2g')}")
     for path, target in tools.items():
         link(target, path)
         # A same-named tool earlier on PATH (the machine's own docker client in /usr/local/bin) is shadowed.
@@ -108,8 +106,8 @@ def main() -> None:
         checkpoint = corrupted_copy(checkpoint, os.path.join(host_dir, "checkpoint-private"),
                                     spec["checkpoint_corrupt"])
     if spec.get("export_unreadable"):
-        # Like an export without crossmnt: the worker's mount of the head's export is refused (the docker
-        # stand-in answers "permission denied" for an export it cannot reach).
+        # Like an export without crossmnt: the worker's mount of the head's export fails (a bind-backed
+        # volume whose source is missing: dockerd says "failed to mount local volume").
         os.makedirs(os.path.dirname(target), exist_ok=True)
     else:
         os.makedirs(target, exist_ok=True)

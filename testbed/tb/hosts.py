@@ -31,7 +31,8 @@ def preflight() -> None:
     missing = sorted({pkg for tool, pkg in REQUIRED_TOOLS.items()
                       if not (os.path.exists(tool) if tool.startswith("/") else shutil.which(tool))})
     if missing:
-        raise TestbedError(f"missing packages: {' '.join(missing)} (apt-get install -y {' '.join(missing)})")
+        raise TestbedError(f"missing packages: {' '.join(missing)}: run `make deps` "
+                           f"(apt-get install -y {' '.join(missing)})")
     if _systemctl_source() is None:
         raise TestbedError("docker-systemctl-replacement is not installed (make venv installs it)")
 
@@ -156,7 +157,7 @@ def _make_writable(path: Path) -> None:
         os.chmod(child, 0o644 if child.is_file() else 0o755)
 
 
-def up(layout: Layout, count: int, scenario: str, knobs: list | None = None, engine: str = "standin") -> None:
+def up(layout: Layout, count: int, scenario: str, knobs: list | None = None, engine: str = "docker") -> None:
     marks = [time.monotonic()]
 
     def phase(name: str) -> None:
@@ -181,9 +182,8 @@ def up(layout: Layout, count: int, scenario: str, knobs: list | None = None, eng
     specs = scenarios.host_specs(count, scenario, knobs or [])
     for spec in specs:
         spec["engine"] = engine
-    if engine == "docker":
-        tbengine.stage_tarballs(layout.state_dir)
-        phase("root filesystems")
+    tbengine.stage_tarballs(layout.state_dir)
+    phase("root filesystems")
     state = {"hosts": count, "scenario": scenario, "knobs": knobs or [], "pids": {}, "specs": specs,
              "started": time.time(), "engine": engine, "dockerd": {}}
     layout.write_state(state)
@@ -209,14 +209,13 @@ def up(layout: Layout, count: int, scenario: str, knobs: list | None = None, eng
             time.sleep(0.02)
     _client_config(layout, specs)
     phase("hosts' sshd")
-    if engine == "docker":
-        enter = {spec["name"]: nsenter(state["pids"][spec["name"]]) for spec in specs}
-        logs = {spec["name"]: layout.host_dir(spec["name"]) / "dockerd.log" for spec in specs}
-        # Recorded before the wait: a daemon that never answers is still stopped by `down`.
-        state["dockerd"] = tbengine.start_daemons(enter, logs, on_start=lambda pids: (
-            state.__setitem__("dockerd", dict(pids)), layout.write_state(state)))
-        layout.write_state(state)
-        phase("dockerd answers")
+    enter = {spec["name"]: nsenter(state["pids"][spec["name"]]) for spec in specs}
+    logs = {spec["name"]: layout.host_dir(spec["name"]) / "dockerd.log" for spec in specs}
+    # Recorded before the wait: a daemon that never answers is still stopped by `down`.
+    state["dockerd"] = tbengine.start_daemons(enter, logs, on_start=lambda pids: (
+        state.__setitem__("dockerd", dict(pids)), layout.write_state(state)))
+    layout.write_state(state)
+    phase("dockerd answers")
     provision(layout, state)
     phase("provisioning")
     state["up"] = True
@@ -234,7 +233,7 @@ def provision(layout: Layout, state: dict) -> None:
                                                stderr=subprocess.STDOUT, text=True)
     failed = []
     for name, proc in procs.items():
-        out, _ = proc.communicate(timeout=120 if state.get("engine", "standin") == "standin" else 600)
+        out, _ = proc.communicate(timeout=600)
         (layout.host_dir(name) / "provision.log").write_text(out)
         if proc.returncode != 0:
             failed.append(f"{name}: {out.strip().splitlines()[-1] if out.strip() else proc.returncode}")

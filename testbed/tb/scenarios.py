@@ -75,7 +75,7 @@ KNOBS = {
     "corrupt_checkpoint": ("this host's view of the checkpoint has one flipped byte in model-00004-of-00048"
                            ".safetensors (a private copy; other hosts keep the good one)", "any"),
     "export_unreadable": ("the head's NFS export is not readable from this worker: its dsv41-weights volume "
-                          "fails to mount (the docker stand-in: permission denied; a real dockerd: its source is missing)", "worker"),
+                          "fails to mount (dockerd: its bind source is missing)", "worker"),
 }
 KERNEL = "7.0.0-1019-nvidia"
 DRIVER = "580.159.03"

@@ -53,8 +53,8 @@ def _status() -> dict:
 
 
 def default_engine() -> str:
-    """The container engine of the testbed the tests use: SPARKFLEET_TESTBED_ENGINE (standin or docker)."""
-    return os.environ.get("SPARKFLEET_TESTBED_ENGINE") or "standin"
+    """The container engine of the testbed the tests use: a real dockerd per host (the only one since issue 22)."""
+    return os.environ.get("SPARKFLEET_TESTBED_ENGINE") or "docker"
 
 
 def ensure_testbed(scenario: str = "seed", hosts: int = 3, fresh: bool = False, engine: str | None = None) -> None:
@@ -62,7 +62,7 @@ def ensure_testbed(scenario: str = "seed", hosts: int = 3, fresh: bool = False, 
     state = _status()
     up = fleet("status", check=False).returncode == 0
     if fresh or not up or state.get("scenario") != scenario or state.get("hosts") != hosts \
-            or state.get("engine", "standin") != engine:
+            or state.get("engine") != engine:
         fleet("down")
         fleet("up", "--hosts", str(hosts), "--scenario", scenario, "--engine", engine)
 

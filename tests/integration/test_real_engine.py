@@ -4,8 +4,8 @@ up/down (daemons in the hosts' namespaces, no bridge, nothing listening, stopped
 start/restart/stop in order, a failed boot naming its rank with every log kept, quiesce pausing and restoring
 exactly its containers (real freezer-cgroup pauses), and the checkpoint verified through a worker's volume.
 
-The module brings its own real-engine testbed up (the same SPARKFLEET_TESTBED_ID) and takes it down at the end;
-the next module's `ensure_testbed` brings the default engine back."""
+The real engine is the testbed's only engine since stage 2: the other modules run on it too; this one checks the
+daemons themselves and takes its testbed down at the end (the next module's `ensure_testbed` brings one up)."""
 from __future__ import annotations
 
 import json
@@ -17,7 +17,8 @@ import testinfra
 
 from tests.integration.conftest import ensure_testbed, fleet, play, state_dir
 
-# Slow (21 min on a loaded 2-core machine; `make integration-slow` runs it) until measured within CI's budget.
+# Slow (5-21 min on a loaded 2-core machine; `make integration-slow` runs it): what it shares with test_engine.py,
+# test_host_tuning.py and test_checkpoint_manifest.py runs in `make integration` on the same engine.
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.usefixtures("isolated_inventory")]
 
 HOSTS = {"spark1": (0, "dsv41-head"), "spark2": (1, "dsv41-worker"), "spark3": (2, "dsv41-worker")}

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tests.integration.conftest import ROOT, default_engine, ensure_testbed, fleet, run_playbook, state_dir
+from tests.integration.conftest import ROOT, ensure_testbed, fleet, run_playbook, state_dir
 
 pytestmark = pytest.mark.testbed
 ROWS = {1: 120_003, 14: 96_001}
@@ -54,6 +54,36 @@ def test_hosts_cannot_reach_anything_but_the_testbed(testbed, host):
     assert f"{SUBNET}.0/24" in routes
 
 
+def _ns(pid: int, kind: str) -> str:
+    return os.readlink(f"/proc/{pid}/ns/{kind}")
+
+
+def test_every_host_runs_its_own_dockerd_and_nothing_listens_outside_the_testbed(testbed, host):
+    state = json.loads((state_dir() / "state.json").read_text())
+    assert state["engine"] == "docker" and set(state["dockerd"]) == {"spark1", "spark2", "spark3"}
+    for name, pid in state["dockerd"].items():
+        anchor = state["pids"][name]          # the host's sshd
+        assert all(_ns(pid, kind) == _ns(anchor, kind) for kind in ("net", "mnt", "uts")), name
+        h = host(name)
+        assert h.check_output("docker info --format '{{.Driver}}'") == "overlay2"
+        assert h.run("ip link show docker0").rc != 0, "no bridge"
+        # Every TCP listener (sshd, an engine's API) is on the testbed's subnet or loopback; dockerd has none.
+        for line in h.check_output("ss -Hltn").splitlines():
+            address = line.split()[3].rsplit(":", 1)[0].strip("[]")
+            assert address.startswith(f"{SUBNET}.") or address in ("127.0.0.1", "::1"), (name, line)
+
+
+def test_background_containers_stop_on_sigterm(testbed, host):
+    """PID 1 of a container gets no SIGTERM it has no handler for: the testbed's sleepers trap it, so `docker stop`
+    (quiesce's stop action) and each daemon's shutdown at `down` do not wait out a timeout and SIGKILL."""
+    h = host("spark3")
+    h.check_output("docker stop -t 30 grafana")
+    try:
+        assert h.check_output("docker inspect --format '{{.State.ExitCode}}' grafana") == "0"
+    finally:
+        h.check_output("docker start grafana")
+
+
 def test_seed_spark2_lacks_space_for_its_tp3_shards(testbed, host):
     need = sum(shard_bytes(n, 1, 3) for n in ROWS.values())
     free = int(host("spark2").check_output("df -B1 --output=avail /home/zurih/dsv41-3x-spark/engram | tail -1"))
@@ -81,12 +111,9 @@ def test_stand_ins_answer_like_the_real_tools(testbed, host):
     assert inspect[0]["Config"]["Entrypoint"] == ["python3", "-u", "/opt/dsv41/boot.py"]
     assert "MemAvailable:" in h.file("/proc/meminfo").content_string
     worker = json.loads(host("spark2").check_output("docker volume inspect dsv41-weights"))
-    # The fleet's NFS volume; on a real engine the testbed's bind-backed local volume of the same name and mount
-    # point (docs/testbed.md "Real engine": the options come from the host spec).
-    if default_engine() == "standin":
-        assert worker[0]["Options"]["type"] == "nfs"
-    else:
-        assert (worker[0]["Options"]["type"], worker[0]["Options"]["o"]) == ("none", "bind")
+    # The fleet's NFS volume is the testbed's bind-backed local volume of the same name and mount point
+    # (docs/testbed.md "Real engine": the options come from the host spec).
+    assert (worker[0]["Options"]["type"], worker[0]["Options"]["o"]) == ("none", "bind")
 
 
 def test_worker_sees_the_checkpoint_only_through_the_volume(testbed, host):
@@ -146,8 +173,13 @@ def test_four_hosts_then_down_leaves_nothing(tmp_path):
         run = run_playbook("site.yml", extravars={"fleet_tp_size": 4}, inventory=inventory)
         assert run.rc == 0, run.stdout[-2000:]
         assert {r["_host"] for r in run.results(module="ping")} == {"spark1", "spark2", "spark3", "spark4"}
+        daemons = json.loads((state_dir() / "state.json").read_text())["dockerd"]
+        assert set(daemons) == {"spark1", "spark2", "spark3", "spark4"}
     finally:
         fleet("down")
+    for name, pid in daemons.items():   # stopped by pid (a zombie of an exited daemon is gone)
+        assert not os.path.exists(f"/proc/{pid}") or \
+            open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z", name
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not any(n.split()[0] in (f"{NS}fleetctl", f"{NS}spark1", f"{NS}spark4") for n in names.splitlines() if n)
     mounts = open("/proc/self/mountinfo").read()

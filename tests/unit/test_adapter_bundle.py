@@ -1,7 +1,7 @@
 """Adapter bundles and releases (issue 8): module_utils/adapter_bundle.py, module_utils/adapter_release.py, the
 adapter_bundle and adapter_release modules, the in-image test (roles/adapters/files/adapter_selftest.py) and the
 simulator's manifest check (testbed/engine/sim.py adapter_present). Docker is a small in-memory fake here; the
-integration test (tests/integration/test_adapters.py) runs the same code against the testbed's docker stand-in."""
+integration test (tests/integration/test_adapters.py) runs the same code against each testbed host's real dockerd."""
 from __future__ import annotations
 
 import hashlib
@@ -255,7 +255,7 @@ def test_sync_writes_the_bundle_removes_strays_and_then_changes_nothing(sources,
 
 class FakeDocker:
     """The docker CLI calls adapter_release makes, in memory. A build's image id is the hash of the base id and
-    the context's files, like the testbed's stand-in."""
+    the context's files (a deterministic stand-in for a real build, whose id also changes with the context)."""
 
     BASE = "lmsysorg/sglang:dev-dsv41"
 

@@ -1,7 +1,8 @@
 """testbed/standins/runc.py and testbed/tb/engine.py (issue 22): what the real-engine testbed decides on its own.
 
 The runc wrapper lowers what this machine's root may not give a container (a resource limit above its hard
-limit, a capability outside its bounding set) and nothing else; the engine choice refuses an unknown name;
+limit, a capability outside its bounding set) and nothing else; the engine is the real one, and an unknown
+name (or the removed stand-in) is refused; a missing package names `make deps`;
 the daemon's flags keep every host off the machine's network (no bridge, no iptables, no TCP socket)."""
 from __future__ import annotations
 
@@ -75,14 +76,25 @@ def test_argument_values_are_found_in_both_spellings():
     assert runc._value(["start", "id"], "--bundle", "-b") is None
 
 
-def test_an_unknown_engine_is_refused_with_the_known_ones(monkeypatch):
+def test_the_real_engine_is_the_default_and_an_unknown_engine_is_refused_with_the_known_one(monkeypatch):
     monkeypatch.delenv("SPARKFLEET_TESTBED_ENGINE", raising=False)
-    assert engine.engine_from_env() == "standin"
+    assert engine.engine_from_env() == "docker"
     monkeypatch.setenv("SPARKFLEET_TESTBED_ENGINE", "docker")
     assert engine.engine_from_env() == "docker"
-    assert engine.engine_from_env("standin") == "standin"
-    with pytest.raises(BadInput, match="unknown testbed engine 'podman'; known: standin, docker"):
+    with pytest.raises(BadInput, match="unknown testbed engine 'podman'; known: docker"):
         engine.engine_from_env("podman")
+
+
+def test_the_removed_stand_in_is_refused_with_what_to_do(monkeypatch):
+    monkeypatch.setenv("SPARKFLEET_TESTBED_ENGINE", "standin")
+    with pytest.raises(BadInput, match="stand-in was removed .* unset SPARKFLEET_TESTBED_ENGINE or set it to docker"):
+        engine.engine_from_env()
+
+
+def test_missing_daemon_packages_name_the_make_deps_step(monkeypatch):
+    monkeypatch.setattr(engine, "DAEMON_TOOLS", {"/nonexistent/dockerd": "docker.io", "/bin/sh": "dash"})
+    with pytest.raises(BadInput, match=r"needs Debian packages docker.io: run `make deps`"):
+        engine.preflight()
 
 
 def test_the_daemon_makes_no_bridge_no_rule_and_no_tcp_socket():

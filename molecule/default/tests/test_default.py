@@ -21,7 +21,8 @@ def test_gpu_stand_in_reports_the_driver(host):
     assert out == "NVIDIA GB10, 580.159.03"
 
 
-def test_docker_stand_in_has_the_engine_image(host):
+def test_the_hosts_own_dockerd_has_the_engine_image(host):
+    assert host.check_output("docker info --format '{{.Driver}}'") == "overlay2"
     image = json.loads(host.check_output("docker image inspect dsv41-3x-spark:local"))[0]
     assert image["Config"]["Cmd"] == ["run"]
 
