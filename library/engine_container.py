@@ -76,7 +76,7 @@ options:
   create:
     description:
       - With O(state=started), whether this module may create or recreate the container. V(false) when
-        C(community.docker.docker_container) made it (roles/engine does): a missing or differing container is then
+        C(community.docker.docker_container) made it (roles/engine does); a missing or differing container is then
         an error naming its differences, and the module only starts, restarts and waits.
     type: bool
     default: true
