@@ -9,7 +9,8 @@ export ANSIBLE_HOME ?= $(CURDIR)/.ansible
 export XDG_CACHE_HOME ?= $(CURDIR)/.cache
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
-APT_PACKAGES := openssh-server openssh-client netcat-openbsd iproute2 util-linux docker.io
+# python3-requests: community.docker's modules run on the hosts (the testbed's use this machine's /usr/bin/python3).
+APT_PACKAGES := openssh-server openssh-client netcat-openbsd iproute2 util-linux docker.io python3-requests
 PYTEST := $(BIN)/python -m pytest
 
 .PHONY: help deps venv venv-kernels lint unit unit-slow kernels integration integration-slow journeys molecule test test-all demo up down status clean
@@ -23,6 +24,7 @@ deps:
 	@missing=""; for tool in /usr/sbin/sshd /usr/bin/ssh /usr/bin/nc /usr/sbin/ip /usr/bin/unshare /usr/bin/nsenter \
 	  /usr/sbin/dockerd /usr/bin/containerd /usr/sbin/runc; do \
 	  [ -x $$tool ] || missing=1; done; \
+	/usr/bin/python3 -c 'import requests' 2>/dev/null || missing=1; \
 	if [ -n "$$missing" ]; then \
 	  [ "$$(id -u)" = 0 ] || { echo "make deps: apt packages missing ($(APT_PACKAGES)) and not root"; exit 1; }; \
 	  made=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
@@ -32,10 +34,11 @@ deps:
 	  [ -z "$$made" ] || rm -f /usr/sbin/policy-rc.d; [ $$rc = 0 ] || exit $$rc; \
 	fi
 
-$(VENV)/.stamp: requirements.txt
+$(VENV)/.stamp: requirements.txt requirements.yml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/python tests/lint/check_collections.py requirements.yml
 	touch $@
 
 venv: $(VENV)/.stamp

@@ -73,6 +73,13 @@ options:
     description: With O(state=started), stop and start a container that already matches and runs (a fresh boot).
     type: bool
     default: false
+  create:
+    description:
+      - With O(state=started), whether this module may create or recreate the container. V(false) when
+        C(community.docker.docker_container) made it (roles/engine does); a missing or differing container is then
+        an error naming its differences, and the module only starts, restarts and waits.
+    type: bool
+    default: true
   wait_for:
     description:
       - With O(state=started), a Python regular expression; the module polls C(docker logs) until a line written
@@ -298,6 +305,7 @@ def main() -> None:
             run_args=dict(type="list", elements="str", default=[]),
             labels=dict(type="dict", default={}),
             restart=dict(type="bool", default=False),
+            create=dict(type="bool", default=True),
             wait_for=dict(type="str"),
             wait_timeout=dict(type="int", default=3600),
             wait_extend_for=dict(type="str"),
@@ -361,6 +369,9 @@ def main() -> None:
         more = len(the_plan.differences) - 6
         why = f" ({len(the_plan.differences)} difference{'s' if len(the_plan.differences) != 1 else ''}: {shown}" \
               + (f", and {more} more" if more > 0 else "") + ")"
+    if not p["create"] and the_plan.action in ("create", "recreate"):
+        fail(f"the container is {'missing' if the_plan.action == 'create' else 'different from the desired one'} "
+             f"and create=false{why}: create it first (roles/engine: community.docker.docker_container)")
     words = FUTURE if module.check_mode else PAST
     result["msg"] = f"{name}: {words[the_plan.action]}{why}"
     if module.check_mode:

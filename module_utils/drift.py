@@ -152,6 +152,18 @@ def engine_container_rows(record: dict) -> List[dict]:
     ]
 
 
+def docker_container_rows(record: dict) -> List[dict]:
+    """roles/engine's option-by-option comparison (community.docker.docker_container, its planner). Its result is
+    never shown (no_log: it holds the container's env), so the row says whether it sees a difference the project's
+    own comparison (the engine_container rows) does not: a run flag such as --shm-size, --ulimit, --gpus or --device."""
+    if "Compare every option" not in str(record.get("task") or ""):
+        return []
+    changed = bool(record.get("changed"))
+    return [{"item": "engine container options (community.docker)", "desired": "as engine_run_args",
+             "actual": "differs (playbooks/engine.yml --check names the options)" if changed else "same",
+             "drifted": changed}]
+
+
 def engram_pack_rows(record: dict) -> List[dict]:
     """The engram role's pack plan (its planner): one row per layer, the shard valid on disk."""
     res = record.get("result") or {}
@@ -182,6 +194,7 @@ def engram_loaded_rows(record: dict) -> List[dict]:
 # Modules whose own comparison says more than changed + diff: their results are kept and turned into rows here.
 ROW_BUILDERS: Dict[str, Callable[[dict], List[dict]]] = {
     "engine_container": engine_container_rows,
+    "docker_container": docker_container_rows,
     "engram_pack": engram_pack_rows,
     "engram_status_info": engram_loaded_rows,
 }

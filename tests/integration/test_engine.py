@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,14 @@ def env_of(container: dict) -> dict:
     return dict(item.split("=", 1) for item in container["Config"]["Env"])
 
 
+def changed_hosts(run, task: str) -> set:
+    """Hosts a task reported changed on, from the play's output: a no_log result reaches the events censored,
+    without its changed flag."""
+    sections = [part.split("\nTASK [", 1)[0] for part in run.stdout.split(f"TASK [engine : {task}]")[1:]]
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for section in sections for line in section.splitlines()]
+    return {line.split("[", 1)[1].split("]", 1)[0] for line in lines if line.startswith("changed: [")}
+
+
 def results(run, task: str) -> dict:
     return {r["_host"]: r for r in run.results(task=task) if r["_event"] != "runner_on_skipped"}
 
@@ -59,7 +68,10 @@ def results(run, task: str) -> dict:
 def fleet_up(isolated_inventory):
     if os.geteuid() != 0:
         pytest.skip("the testbed needs root")
-    ensure_testbed(fresh=True)
+    if not os.access("/usr/sbin/dockerd", os.X_OK):
+        pytest.skip("docker.io is not installed (make deps)")
+    # roles/engine drives the containers through community.docker (docker's API socket): the real engine only.
+    ensure_testbed(fresh=True, engine="docker")
     run = play("engine.yml", extravars=with_switch())
     assert run.rc == 0, run.stdout[-3000:]
     return run
@@ -147,16 +159,63 @@ def test_a_hand_started_worker_shows_in_drift_and_is_recreated(fleet_up):
 
     run = play("engine.yml", extravars=with_switch())
     assert run.rc == 0, run.stdout[-3000:]
+    plans = results(run, "Compare this rank's engine container with the desired one")
+    assert plans["spark2"]["action"] == "recreate"
+    assert {"what": "env", "key": SWITCH[0], "desired": SWITCH[1], "actual": None} in plans["spark2"]["differences"]
+    # community.docker.docker_container recreates the hand-started worker only (its result is never shown: no_log).
+    created = results(run, "Create or recreate this rank's engine container (community.docker)")
+    assert set(created) == set(HOSTS) and all("censored" in r for r in created.values())
+    assert changed_hosts(run, "Create or recreate this rank's engine container (community.docker)") == {"spark2"}
     started = results(run, "Start the workers' engines first")
-    assert started["spark2"]["action"] == "recreate"
-    assert {"what": "env", "key": SWITCH[0], "desired": SWITCH[1], "actual": None} in started["spark2"]["differences"]
-    assert started["spark3"]["action"] == "start", "the other worker is restarted, not recreated"
+    assert started["spark2"]["action"] == started["spark3"]["action"] == "start", "engine_container only starts"
+    booted = {r["_host"]: r["msg"]["action"] for r in run.results(task="Record: engine boot")}
+    assert booted == {"spark1": "start", "spark2": "recreate", "spark3": "start"}
     replaced = Path(run.run_dir, "boot-logs", "spark2-rank1-dsv41-worker.replaced.log").read_text()
     assert "'node_rank': 1, 'tp_size': 3" in replaced, "the hand-started container's log is kept before it is removed"
     assert env_of(inspect("spark2"))[SWITCH[0]] == SWITCH[1]
     clean = play("drift.yml", extravars=dict(with_switch(), drift_roles=["engine_env", "engine"]))
     items = json.loads(Path(clean.run_dir, "drift.json").read_text())["items"]
     assert [r for rows_ in items.values() for r in rows_ if r["drifted"]] == []
+
+
+def _run_args(**change: str) -> list:
+    flags = yaml.safe_load((ROOT / "roles/engine/defaults/main.yml").read_text())["engine_run_args"]
+    return [f"{flag.split('=', 1)[0]}={change[flag]}" if flag in change else flag for flag in flags]
+
+
+def test_an_option_only_community_docker_compares_recreates_every_rank_once(fleet_up):
+    # The shm size is a run flag the project's own comparison never looked at; docker_container's does.
+    smaller = dict(with_switch(), engine_run_args=_run_args(**{"--shm-size=32g": "16g"}))
+    before = {name: inspect(name)["Id"] for name in HOSTS}
+    checked = play("engine.yml", extravars=smaller, check=True, diff=True)
+    assert checked.rc == 0, checked.stdout[-3000:]
+    assert {name: inspect(name)["Id"] for name in HOSTS} == before, "check mode changes nothing"
+    compared = results(checked, "Compare every option of this rank's engine container (community.docker)")
+    assert set(compared) == set(HOSTS) and all("censored" in r for r in compared.values())
+    assert changed_hosts(checked, "Compare every option of this rank's engine container (community.docker)") == set(HOSTS)
+    shown = checked.results(task="Show the boot this run would do")[0]["msg"]
+    assert shown.count("recreate (shm_size)") == 3, shown
+
+    run = play("engine.yml", extravars=smaller)
+    assert run.rc == 0, run.stdout[-3000:]
+    after = {name: inspect(name) for name in HOSTS}
+    assert all(c["HostConfig"]["ShmSize"] == 16 * 2**30 and c["State"]["Running"] for c in after.values())
+    assert all(after[name]["Id"] != before[name] for name in HOSTS)
+    for name, (rank, container, _) in HOSTS.items():
+        assert Path(run.run_dir, "boot-logs", f"{name}-rank{rank}-{container}.replaced.log").stat().st_size > 0
+    again = play("engine.yml", extravars=smaller)
+    assert again.rc == 0 and again.changed() == [], "no change on a second run"
+    assert {name: inspect(name)["Id"] for name in HOSTS} == {name: c["Id"] for name, c in after.items()}
+
+    back = play("engine.yml", extravars=with_switch())
+    assert back.rc == 0, back.stdout[-3000:]
+    assert all(inspect(name)["HostConfig"]["ShmSize"] == 32 * 2**30 for name in HOSTS)
+
+
+def test_a_run_flag_without_a_docker_container_option_is_refused_before_any_host_is_touched(fleet_up):
+    run = play("engine.yml", extravars=dict(with_switch(), engine_run_args=_run_args() + ["--oom-kill-disable"]))
+    assert run.rc != 0
+    assert "engine_run_args: docker run flag '--oom-kill-disable' has no docker_container option here" in run.stdout
 
 
 def test_a_restart_boots_the_workers_before_the_head_and_keeps_every_log(fleet_up):

@@ -138,3 +138,21 @@ def test_the_engram_plan_gives_a_row_per_shard_and_the_loaded_check_one_per_laye
         ("engram l1 loaded", "packed=True", False), ("engram l2 loaded", "packed=False", True)]
     assert rows_for(rec(role="engram", action="engram_status_info",
                         result={"layers": [{"layer": 1, "packed": None}]})) == [], "no engine log: no rows"
+
+
+def test_the_option_by_option_comparison_of_community_docker_is_one_row():
+    # Its result is censored (no_log): the row says only whether it sees a difference the engine rows do not.
+    task = "Compare every option of this rank's engine container (community.docker)"
+    censored = {"censored": "the output has been hidden due to the fact that 'no_log: true' was specified"}
+    drifted = rows_for(rec(role="engine", task=task, action="community.docker.docker_container", planner=True,
+                           changed=True, result=censored))
+    assert drifted == [{"item": "engine container options (community.docker)", "desired": "as engine_run_args",
+                        "actual": "differs (playbooks/engine.yml --check names the options)", "drifted": True}]
+    same = rows_for(rec(role="engine", task=task, action="community.docker.docker_container", planner=True,
+                        result=censored))
+    assert same[0]["actual"] == "same" and not same[0]["drifted"]
+    # A stop (not a planner) is an ordinary row.
+    stop = rows_for(rec(role="engine", task="Stop this rank's engine", action="community.docker.docker_container",
+                        changed=True))
+    assert stop == [{"item": "engine Stop this rank's engine", "desired": "as the task states",
+                     "actual": "would change", "drifted": True}]

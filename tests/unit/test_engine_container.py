@@ -517,3 +517,24 @@ def test_the_result_carries_the_container_as_it_is_after_the_run(docker, env_fil
     assert stopped["container"]["running"] is True and stopped["container_after"]["status"] == "exited"
     gone = run_module(MODULE, {"name": "dsv41-worker", "state": "absent"}).result
     assert gone["container_after"] is None
+
+
+# Issue 22 item 4: roles/engine creates and recreates through community.docker.docker_container and gives this module
+# create=false: it only starts (in order, counting the log lines a wait skips); a missing or differing container is
+# an error naming its differences, never a create or recreate through the CLI.
+def test_with_create_false_a_differing_container_fails_without_docker_run(docker, env_files):
+    docker.add_container("dsv41-worker", dict(ENV, NODE_RANK="2"), MOUNTS, running=False, log=["old boot"])
+    out = run_module(MODULE, args(env_files=env_files, create=False))
+    assert out.failed and docker.mutating() == []
+    assert "different from the desired one and create=false (1 difference: env NODE_RANK)" in out.result["msg"]
+    docker.containers.clear()
+    missing = run_module(MODULE, args(env_files=env_files, create=False))
+    assert missing.failed and "the container is missing and create=false" in missing.result["msg"]
+    assert docker.mutating() == []
+
+
+def test_with_create_false_a_matching_stopped_container_is_started(docker, env_files):
+    docker.add_container("dsv41-worker", ENV, MOUNTS, running=False, log=["old 1", "old 2"])
+    out = run_module(MODULE, args(env_files=env_files, create=False)).result
+    assert (out["action"], out["log_offset"]) == ("start", 2)
+    assert [c[0] for c in docker.mutating()] == ["start"]
