@@ -105,21 +105,23 @@ def wg_ok(x: torch.Tensor, twin) -> bool:
 if gluon is not None:
 
     @gluon.jit
-    def _wg_kernel(x_desc, w_desc, e_ptr, y_ptr, ws_ptr, sem_ptr, M, R, stride_ym, stride_yg,
-                   D: gl.constexpr, BLOCK_R: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-                   SPLIT: gl.constexpr, S: gl.constexpr, NW: gl.constexpr, PDL: gl.constexpr):
+    def _tile_origin(R, D: gl.constexpr, BLOCK_R: gl.constexpr, BLOCK_N: gl.constexpr, SPLIT: gl.constexpr):
+        """This program's tile: its group, its first weight row (in the group and overall), its first token and
+        its first K column in the weight and in x (split-K slice pid_k of D // SPLIT columns)."""
         pid_r = gl.program_id(0)
-        pid_t = gl.program_id(1)
         pid_k = gl.program_id(2)
         n_rt = R // BLOCK_R
         g = pid_r // n_rt
         r_in = (pid_r % n_rt) * BLOCK_R
-        row0 = g * R + r_in
-        t0 = pid_t * BLOCK_N
-        KS: gl.constexpr = D // SPLIT
-        NK: gl.constexpr = KS // BLOCK_K
-        k_base = pid_k * KS
-        xk_base = g * D + k_base
+        k_base = pid_k * (D // SPLIT)
+        return pid_r, pid_k, g, r_in, g * R + r_in, gl.program_id(1) * BLOCK_N, k_base, g * D + k_base
+
+    @gluon.jit
+    def _wg_kernel(x_desc, w_desc, e_ptr, y_ptr, ws_ptr, sem_ptr, M, R, stride_ym, stride_yg,
+                   D: gl.constexpr, BLOCK_R: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                   SPLIT: gl.constexpr, S: gl.constexpr, NW: gl.constexpr, PDL: gl.constexpr):
+        pid_r, pid_k, g, r_in, row0, t0, k_base, xk_base = _tile_origin(R, D, BLOCK_R, BLOCK_N, SPLIT)
+        NK: gl.constexpr = D // SPLIT // BLOCK_K
 
         # the e4m3 tile as read back: 16 bytes of one row per thread
         TK: gl.constexpr = BLOCK_K // 16
@@ -329,18 +331,8 @@ if gluon is not None:
         warps turn each e4m3 tile into bf16 in one of NB buffers, the NW wgmma warps multiply; mbarriers
         between them instead of a CTA barrier per step. Same tiles, decode and sums (same bits) as
         :func:`_wg_kernel`."""
-        pid_r = gl.program_id(0)
-        pid_t = gl.program_id(1)
-        pid_k = gl.program_id(2)
-        n_rt = R // BLOCK_R
-        g = pid_r // n_rt
-        r_in = (pid_r % n_rt) * BLOCK_R
-        row0 = g * R + r_in
-        t0 = pid_t * BLOCK_N
-        KS: gl.constexpr = D // SPLIT
-        NK: gl.constexpr = KS // BLOCK_K
-        k_base = pid_k * KS
-        xk_base = g * D + k_base
+        pid_r, pid_k, g, r_in, row0, t0, k_base, xk_base = _tile_origin(R, D, BLOCK_R, BLOCK_N, SPLIT)
+        NK: gl.constexpr = D // SPLIT // BLOCK_K
         wb_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         w_smem = gl.allocate_shared_memory(gl.uint8, [S, BLOCK_R, BLOCK_K], w_desc.layout)
         x_smem = gl.allocate_shared_memory(gl.bfloat16, [S, BLOCK_N, BLOCK_K], x_desc.layout)

@@ -36,6 +36,19 @@ def campaign(plan: str, window_end: str = "2h", **extra):
     return run, state
 
 
+def campaign_command(plan) -> tuple[Path, dict, list]:
+    """The runs folder, environment and argv of `campaign.yml` on `plan` with a 2 h window, for the tests that
+    start ansible-playbook themselves (to kill it or to act while it runs)."""
+    runs = Path(os.environ.get("SPARKFLEET_RUNS_DIR") or ROOT / "runs")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), SPARKFLEET_RUNS_DIR=str(runs),
+               SPARKFLEET_TESTBED_STATE=str(state_dir()),
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    playbook = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), str(ROOT / "playbooks" / "campaign.yml"),
+                "-i", str(ROOT / "inventory" / "testbed"), "-e", "window_confirmed=true", "-e", "window_end=2h",
+                "-e", f"campaign_plan={plan}"]
+    return runs, env, playbook
+
+
 def progress_gaps(run) -> list[float]:
     """Seconds between consecutive lines the rung loop prints (progress lines and each rung's decision), from
     the first rung's start to the last rung's end (their events' creation times)."""
@@ -186,13 +199,7 @@ def test_kill_9_of_the_controller_mid_rung_then_resume(serving_fleet, host):
     """The controller dies in the middle of rung 2 (kill -9 of ansible-playbook); -e resume=<run folder> proves
     or restores the fleet, finishes the rung from its own evidence or runs it again, never reruns rung 1, and
     ends as an uninterrupted campaign does (the cap kept, the report complete)."""
-    runs = Path(os.environ.get("SPARKFLEET_RUNS_DIR") or ROOT / "runs")
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), SPARKFLEET_RUNS_DIR=str(runs),
-               SPARKFLEET_TESTBED_STATE=str(state_dir()),
-               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    playbook = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), str(ROOT / "playbooks" / "campaign.yml"),
-                "-i", str(ROOT / "inventory" / "testbed"), "-e", "window_confirmed=true", "-e", "window_end=2h",
-                "-e", f"campaign_plan={PLANS / 'testbed-3.yml'}"]
+    runs, env, playbook = campaign_command(PLANS / 'testbed-3.yml')
     before = set(os.listdir(runs)) if runs.is_dir() else set()
     proc = subprocess.Popen(playbook, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     folder = None
@@ -264,13 +271,7 @@ def test_a_failed_campaign_step_still_proves_the_fleet_and_reports(serving_fleet
     plan = tmp_path / "plan.yml"
     plan.write_text((PLANS / "testbed-3.yml").read_text()
                     .replace("[pack_engram, folded_fence, dspark_block_5]", "[folded_fence, dspark_block_5]"))
-    runs = Path(os.environ.get("SPARKFLEET_RUNS_DIR") or ROOT / "runs")
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), SPARKFLEET_RUNS_DIR=str(runs),
-               SPARKFLEET_TESTBED_STATE=str(state_dir()),
-               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    playbook = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), str(ROOT / "playbooks" / "campaign.yml"),
-                "-i", str(ROOT / "inventory" / "testbed"), "-e", "window_confirmed=true", "-e", "window_end=2h",
-                "-e", f"campaign_plan={plan}"]
+    runs, env, playbook = campaign_command(plan)
     before = set(os.listdir(runs)) if runs.is_dir() else set()
     out = tmp_path / "stdout.txt"
     with out.open("w") as fh:

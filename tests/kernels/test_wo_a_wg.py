@@ -59,6 +59,17 @@ def _x(m, groups, cols, gen, pad=0):
         big.as_strided((m, groups, cols), (groups * cols + pad, cols, 1))
 
 
+def _small_first_run(groups, m, cfg, pad, gen):
+    """A small twin and x, one call into a NaN-poisoned out= with `cfg`: out is returned and within the float64
+    bound. Returns (twin, x, y) for the determinism checks."""
+    twin = random_twin(groups, R_SMALL, D_SMALL, gen)
+    x = _x(m, groups, D_SMALL, gen, pad)
+    y = torch.full((m, groups, R_SMALL), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    assert K.wo_a(x, twin, out=y, config=cfg) is y
+    assert_close_to_fp64(y, x, K.dequantize(twin), gen.initial_seed())
+    return twin, x, y
+
+
 def test_table_from_the_h200_sweep():
     """WG_TABLE is what the sweep's rule picks from the stored H200 sweeps (the sixth session's warp-specialised
     sweep laid over the fifth session's table it was timed against); every entry tiles the full shape."""
@@ -305,11 +316,7 @@ def test_installed_tilings_compile_to_wgmma_for_sm90():
 def test_warp_specialised_kernel_small_shapes(groups, m, cfg, pad, gen):
     """decoders > 0: the TMA warp, the decode warps and the wgmma warps meet on mbarriers; against float64,
     every output written, run to run bit for bit, and the one-partition kernel's bits (same sums, same order)."""
-    twin = random_twin(groups, R_SMALL, D_SMALL, gen)
-    x = _x(m, groups, D_SMALL, gen, pad)
-    y = torch.full((m, groups, R_SMALL), float("nan"), dtype=torch.bfloat16, device=DEVICE)
-    assert K.wo_a(x, twin, out=y, config=cfg) is y
-    assert_close_to_fp64(y, x, K.dequantize(twin), gen.initial_seed())
+    twin, x, y = _small_first_run(groups, m, cfg, pad, gen)
     for _ in range(3):
         assert torch.equal(bits(K.wo_a(x, twin, path="wg", config=cfg)), bits(y))
     assert torch.equal(bits(K.wo_a(x, twin, config=replace(cfg, decoders=0, tma_warp=True))), bits(y))
@@ -339,11 +346,7 @@ def test_warp_specialised_kernel_full_shape(groups, cfg, gen):
     (2, 17, W.WgConfig(64, 32, 128, 1, 4, 3, pdl=False), 8),  # no split, plain launch, padded token stride
 ])
 def test_wg_kernel_small_shapes(groups, m, cfg, pad, gen):
-    twin = random_twin(groups, R_SMALL, D_SMALL, gen)
-    x = _x(m, groups, D_SMALL, gen, pad)
-    y = torch.full((m, groups, R_SMALL), float("nan"), dtype=torch.bfloat16, device=DEVICE)
-    assert K.wo_a(x, twin, out=y, config=cfg) is y
-    assert_close_to_fp64(y, x, K.dequantize(twin), gen.initial_seed())
+    twin, x, y = _small_first_run(groups, m, cfg, pad, gen)
     for _ in range(3):
         again = torch.full_like(y, float("nan"))
         K.wo_a(x, twin, out=again, path="wg", config=cfg)

@@ -13,6 +13,20 @@ ROOT = Path(__file__).resolve().parents[2]
 PLAN = ROOT / "tests" / "integration" / "fixtures" / "campaigns" / "testbed-3.yml"
 
 
+def run_local_play(tmp_path, tasks, run_dir):
+    """Run `tasks` as one localhost play through the project's ansible.cfg (its run_record callback writes
+    run_dir/record.json); the play must succeed."""
+    play = tmp_path / "p.yml"
+    play.write_text(yaml.safe_dump([{"hosts": "localhost", "connection": "local", "gather_facts": False,
+                                     "tasks": tasks}]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), SPARKFLEET_RUN_DIR=str(run_dir),
+               ANSIBLE_HOME=str(tmp_path / ".ansible"))
+    out = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(play),
+                          "-e", '{"ansible_python_interpreter": "' + sys.executable + '"}'],
+                         cwd=ROOT, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+
 def test_record_json_holds_the_rungs_nested_results_masked_and_no_progress_steps(tmp_path):
     campaign = tmp_path / "campaign"
     done = tmp_path / "job-result.json"
@@ -31,16 +45,8 @@ def test_record_json_holds_the_rungs_nested_results_masked_and_no_progress_steps
         {"name": "Finish", "campaign_step": dict(common, action="finish", rung="{{ nxt.step.rung }}",
                                                  nested=nested)},
     ]
-    play = tmp_path / "p.yml"
-    play.write_text(yaml.safe_dump([{"hosts": "localhost", "connection": "local", "gather_facts": False,
-                                     "tasks": tasks}]))
     run_dir = tmp_path / "run"
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), SPARKFLEET_RUN_DIR=str(run_dir),
-               ANSIBLE_HOME=str(tmp_path / ".ansible"))
-    out = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(play),
-                          "-e", '{"ansible_python_interpreter": "' + sys.executable + '"}'],
-                         cwd=ROOT, env=env, capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    run_local_play(tmp_path, tasks, run_dir)
     record = json.loads((run_dir / "record.json").read_text())
     steps = [r for r in record["results"] if r["module"] == "campaign_step"]
     assert [r["result"]["action"] for r in steps] == ["init", "next", "start", "finish"]
@@ -72,14 +78,7 @@ def test_a_failed_step_is_recorded_and_the_report_written_without_the_plan_file(
         {"name": "Report", "campaign_step": dict(common, action="report"), "register": "rep"},
         {"name": "Show", "ansible.builtin.debug": {"msg": "{{ aborted.ended }} {{ rep.summary }}"}},
     ]
-    play = tmp_path / "p.yml"
-    play.write_text(yaml.safe_dump([{"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": tasks}]))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), SPARKFLEET_RUN_DIR=str(tmp_path / "run"),
-               ANSIBLE_HOME=str(tmp_path / ".ansible"))
-    out = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(play),
-                          "-e", '{"ansible_python_interpreter": "' + sys.executable + '"}'],
-                         cwd=ROOT, env=env, capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    run_local_play(tmp_path, tasks, tmp_path / "run")
     state = json.loads((campaign / "campaign-state.json").read_text())
     assert state["stopped"]["fleet_failure"] and "'What now': " in state["stopped"]["reason"]
     assert "cannot read the plan file" in state["stopped"]["reason"]
