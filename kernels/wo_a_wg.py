@@ -105,6 +105,29 @@ def wg_ok(x: torch.Tensor, twin) -> bool:
 if gluon is not None:
 
     @gluon.jit
+    def _tma_prologue(x_desc, w_desc, x_smem, w_smem, bars, row0, t0, k_base, xk_base, N: gl.constexpr,
+                      NK: gl.constexpr, BLOCK_K: gl.constexpr, STAGE_BYTES: gl.constexpr, PDL: gl.constexpr):
+        """Steps 0..N-1 into slots 0..N-1: the weight tiles first, then (with PDL) the wait for the previous
+        kernel, then the x tiles, each slot's barrier expecting both."""
+        for s in gl.static_range(N):
+            if s < NK:
+                mbarrier.expect(bars.index(s), STAGE_BYTES)
+                _tma_load(w_desc, [row0, k_base + s * BLOCK_K], bars.index(s), w_smem.index(s))
+        if PDL:
+            gl.inline_asm_elementwise(_gl.GDC_ASM, "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+        for s in gl.static_range(N):
+            if s < NK:
+                _tma_load(x_desc, [t0, xk_base + s * BLOCK_K], bars.index(s), x_smem.index(s))
+
+    @gluon.jit
+    def _exp_scale(words, k0, ce):
+        """The bf16x2 scales 2**(e - 7) of the K step at k0 from the rows' exponent words (one byte per 32-wide
+        block, four blocks a word), broadcastable over the tile's 16-code groups."""
+        shift = (((k0 % 128) // 32) + ce // 2) * 8
+        ex = (gl.expand_dims(words, 1) >> gl.expand_dims(shift, 0)) & 255
+        return gl.expand_dims(ex * 0x00800080 + 0x3C003C00, 2)
+
+    @gluon.jit
     def _tile_origin(R, D: gl.constexpr, BLOCK_R: gl.constexpr, BLOCK_N: gl.constexpr, SPLIT: gl.constexpr):
         """This program's tile: its group, its first weight row (in the group and overall), its first token and
         its first K column in the weight and in x (split-K slice pid_k of D // SPLIT columns)."""
@@ -144,15 +167,8 @@ if gluon is not None:
 
         STAGE_BYTES: gl.constexpr = BLOCK_R * BLOCK_K + BLOCK_N * BLOCK_K * 2
         # prologue: steps 0..S-3 (step i + S - 2 is requested at step i, into the slot step i - 2 freed)
-        for s in gl.static_range(S - 2):
-            if s < NK:
-                mbarrier.expect(bars.index(s), STAGE_BYTES)
-                _tma_load(w_desc, [row0, k_base + s * BLOCK_K], bars.index(s), w_smem.index(s))
-        if PDL:
-            gl.inline_asm_elementwise(_gl.GDC_ASM, "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-        for s in gl.static_range(S - 2):
-            if s < NK:
-                _tma_load(x_desc, [t0, xk_base + s * BLOCK_K], bars.index(s), x_smem.index(s))
+        _tma_prologue(x_desc, w_desc, x_smem, w_smem, bars, row0, t0, k_base, xk_base, S - 2, NK, BLOCK_K,
+                      STAGE_BYTES, PDL)
 
         # exponent words: one int32 per 32 rows and 128 K (four 32-wide blocks, one byte each)
         re = gl.arange(0, BLOCK_R, layout=gl.SliceLayout(1, le))
@@ -167,9 +183,7 @@ if gluon is not None:
             words = e_next
             if i + 1 < NK:
                 e_next = gl.load(e_rows + (k0 + BLOCK_K) // 128)
-            shift = (((k0 % 128) // 32) + ce // 2) * 8
-            ex = (gl.expand_dims(words, 1) >> gl.expand_dims(shift, 0)) & 255
-            scale = gl.expand_dims(ex * 0x00800080 + 0x3C003C00, 2)  # bf16x2 2**(e - 7)
+            scale = _exp_scale(words, k0, ce)
             mbarrier.wait(bars.index(slot), (i // S) & 1)
             codes = gl.convert_layout(gl.reshape(w_smem.index(slot).load(l2), [BLOCK_R, TK, 16]), l3)
             codes, scale = gl.broadcast(codes, scale)
@@ -227,15 +241,8 @@ if gluon is not None:
                  PDL: gl.constexpr):
         """The TMA warp: step j's weight and x tiles into slot j % S once the decoder and the wgmma warps
         have released the slot (``empty``: two arrivals); the first S weight tiles before the PDL wait."""
-        for s in gl.static_range(S):
-            if s < NK:
-                mbarrier.expect(full.index(s), STAGE_BYTES)
-                _tma_load(w_desc, [row0, k_base + s * BLOCK_K], full.index(s), w_smem.index(s))
-        if PDL:
-            gl.inline_asm_elementwise(_gl.GDC_ASM, "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-        for s in gl.static_range(S):
-            if s < NK:
-                _tma_load(x_desc, [t0, xk_base + s * BLOCK_K], full.index(s), x_smem.index(s))
+        _tma_prologue(x_desc, w_desc, x_smem, w_smem, full, row0, t0, k_base, xk_base, S, NK, BLOCK_K,
+                      STAGE_BYTES, PDL)
         for j in range(S, NK):
             sj = j % S
             mbarrier.wait(empty.index(sj), ((j // S) - 1) & 1)
@@ -253,15 +260,8 @@ if gluon is not None:
         kernel's decode), then release the slot and publish the buffer. With LOAD (no TMA warp) they also
         request step i + S - 2 into the slot of step i - 2 once the wgmma warps have released it."""
         if LOAD:
-            for s in gl.static_range(S - 2):
-                if s < NK:
-                    mbarrier.expect(full.index(s), STAGE_BYTES)
-                    _tma_load(w_desc, [row0, k_base + s * BLOCK_K], full.index(s), w_smem.index(s))
-            if PDL:
-                gl.inline_asm_elementwise(_gl.GDC_ASM, "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-            for s in gl.static_range(S - 2):
-                if s < NK:
-                    _tma_load(x_desc, [t0, xk_base + s * BLOCK_K], full.index(s), x_smem.index(s))
+            _tma_prologue(x_desc, w_desc, x_smem, w_smem, full, row0, t0, k_base, xk_base, S - 2, NK, BLOCK_K,
+                          STAGE_BYTES, PDL)
         TK: gl.constexpr = BLOCK_K // 16
         l2: gl.constexpr = gl.BlockedLayout([1, 16], [32 // TK, TK], [DW, 1], [1, 0])
         l3: gl.constexpr = gl.BlockedLayout([1, 1, 16], [32 // TK, TK, 1], [DW, 1, 1], [2, 1, 0])
@@ -277,9 +277,7 @@ if gluon is not None:
             words = e_next
             if i + 1 < NK:
                 e_next = gl.load(e_rows + (k0 + BLOCK_K) // 128)
-            shift = (((k0 % 128) // 32) + ce // 2) * 8
-            ex = (gl.expand_dims(words, 1) >> gl.expand_dims(shift, 0)) & 255
-            scale = gl.expand_dims(ex * 0x00800080 + 0x3C003C00, 2)  # bf16x2 2**(e - 7)
+            scale = _exp_scale(words, k0, ce)
             mbarrier.wait(full.index(slot), (i // S) & 1)
             codes = gl.convert_layout(gl.reshape(w_smem.index(slot).load(l2), [BLOCK_R, TK, 16]), l3)
             mbarrier.arrive(empty.index(slot))
