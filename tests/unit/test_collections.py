@@ -3,9 +3,11 @@ requirements.yml; `make venv` checks the installed version (tests/lint/check_col
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import yaml
 
@@ -26,7 +28,7 @@ def test_requirements_pin_the_package_and_the_collection_versions():
 
 
 def test_the_installed_collections_are_the_pinned_ones():
-    galaxy = str(__import__("pathlib").Path(sys.executable).parent / "ansible-galaxy")
+    galaxy = str(Path(sys.executable).parent / "ansible-galaxy")
     assert cc.problems(cc.pins(ROOT / "requirements.yml"), cc.installed(galaxy)) == []
 
 
@@ -44,7 +46,7 @@ def test_the_first_path_in_ansibles_search_order_wins(tmp_path):
     listing = {"/root/.ansible/collections/ansible_collections": {"community.docker": {"version": "3.4.0"}},
                PKG: {"community.docker": {"version": "4.8.5"}}}
     fake = tmp_path / "ansible-galaxy"
-    fake.write_text("#!/bin/sh\necho '" + __import__("json").dumps(listing) + "'\n")
+    fake.write_text("#!/bin/sh\necho '" + json.dumps(listing) + "'\n")
     fake.chmod(0o755)
     assert cc.installed(str(fake))["community.docker"] == ("3.4.0", "/root/.ansible/collections/ansible_collections")
 
