@@ -127,17 +127,20 @@ def test_bad_input_fails_before_any_node_changes(testbed, host, sources, tmp_pat
 def test_deploy_change_failing_test_and_rollback(fresh_testbed, host, sources, tmp_path):
     adapter, kernels = sources
     views = lambda: {name: rank_view(host(name), c) for name, c in HOSTS.items()}  # noqa: E731
-    seed_image = image_id(host("spark1"), SERVING)
+    # Per node: every node builds each release itself, and a real engine gives each node's build its own image id.
+    ids = lambda ref: {n: image_id(host(n), ref) for n in HOSTS}  # noqa: E731
+    on = lambda image, bundle: {n: {"serving": image[n], "running": image[n], "status": "running",  # noqa: E731
+                                    "bundle": bundle} for n in HOSTS}
+    seed_image = image_id(host("spark2"), SERVING)
 
     # 1. First deploy: every node builds and tests bundle A, the serving tag moves, every rank restarts on it.
     bundle_a = bundle_hash(adapter, kernels)
     first = run_playbook("adapters.yml", extravars=extravars(adapter, kernels))
     assert first.rc == 0, first.stdout[-3000:]
     tag_a = f"dsv41-3x-spark:bundle-{bundle_a[:12]}"
-    image_a = image_id(host("spark1"), tag_a)
+    image_a = ids(tag_a)
     after_a = views()
-    assert all(v == {"serving": image_a, "running": image_a, "status": "running", "bundle": bundle_a}
-               for v in after_a.values()), after_a
+    assert after_a == on(image_a, bundle_a), after_a
     logs = Path(first.run_dir, "adapters")
     assert all("selftest: passed" in (logs / f"{n}-selftest.log").read_text() for n in HOSTS)
     assert "skip import kernels: torch is not installed" in (logs / "spark1-selftest.log").read_text()
@@ -165,11 +168,10 @@ def test_deploy_change_failing_test_and_rollback(fresh_testbed, host, sources, t
     second = run_playbook("adapters.yml", extravars=extravars(adapter, kernels))
     assert second.rc == 0, second.stdout[-3000:]
     assert {r["_host"] for r in second.results(task="run its in-image test") if r.get("built")} == set(HOSTS)
-    image_b = image_id(host("spark1"), f"dsv41-3x-spark:bundle-{bundle_b[:12]}")
+    image_b = ids(f"dsv41-3x-spark:bundle-{bundle_b[:12]}")
     after_b = views()
-    assert image_b != image_a
-    assert all(v == {"serving": image_b, "running": image_b, "status": "running", "bundle": bundle_b}
-               for v in after_b.values()), after_b
+    assert all(image_b[n] != image_a[n] for n in HOSTS)
+    assert after_b == on(image_b, bundle_b), after_b
 
     # 4. An adapter that raises on import fails the in-image test: every node stays on its previous image.
     (adapter / "broken.py").write_text('raise RuntimeError("broken on purpose")\n')
@@ -187,9 +189,8 @@ def test_deploy_change_failing_test_and_rollback(fresh_testbed, host, sources, t
     (adapter / "broken.py").unlink()
     back = run_playbook("adapters.yml", extravars=extravars(adapter, kernels, adapters_release="previous"))
     assert back.rc == 0, back.stdout[-3000:]
-    assert all(v == {"serving": image_a, "running": image_a, "status": "running", "bundle": bundle_a}
-               for v in views().values())
-    assert all(image_id(host(n), tag_a) == image_a for n in HOSTS)
+    assert views() == on(image_a, bundle_a)
+    assert ids(tag_a) == image_a
     kept = json.loads(host("spark2").check_output("cat /var/lib/sparkfleet/adapters/releases.json"))
     assert sorted(kept["releases"]) == sorted([tag_a, f"dsv41-3x-spark:bundle-{bundle_b[:12]}",
                                                f"dsv41-3x-spark:adopted-{seed_image[7:19]}"])
