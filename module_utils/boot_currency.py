@@ -95,7 +95,11 @@ def changes_since_boot(engine: dict, containers, display: dict | None, quiesce: 
             changes.append({"what": "container", "at": started, "text": f"container {name} started at {utc(started)}"})
         elif not st.get("Running") and finished is not None and finished > booted:
             changes.append({"what": "container", "at": finished, "text": f"container {name} stopped at {utc(finished)}"})
-    if display:
+    if display and display.get("error"):
+        # systemctl failed: the display manager's state is not known, so the boot cannot be shown current
+        changes.append({"what": "display", "at": None,
+                        "text": f"the display manager's state could not be read ({display['error']})"})
+    elif display:
         unit, active = display.get("unit") or "display-manager.service", str(display.get("ActiveState") or "")
         key, verb = ("ActiveEnterTimestamp", "started") if active == "active" else ("InactiveEnterTimestamp", "stopped")
         at = parse_time(display.get(key))
@@ -111,6 +115,45 @@ def changes_since_boot(engine: dict, containers, display: dict | None, quiesce: 
     changes.sort(key=lambda c: (c["at"] or 0, c["text"]))
     out["current"] = not changes
     return out
+
+
+def host_reads(text: str, quiesce_path: str) -> tuple[dict | None, dict]:
+    """The display manager and the quiesce record as the restore point's one shell call prints them (roles/rollout
+    tasks/restore_point.yml, before its containers and log; three SSH turns a rank before, each its own task):
+    `unit=<the display-manager.service link's target>` and `systemctl show` lines (`Key=value`, asked with
+    TZ=UTC), or `error=<why>` when systemctl failed; `quiesce_mtime=<epoch seconds>` when the record exists.
+    Returns (display for changes_since_boot, or None when the host has no display-manager link; quiesce)."""
+    display: dict | None = None
+    quiesce: dict = {"path": quiesce_path, "exists": False, "mtime": None}
+    for line in str(text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        if key == "unit":
+            display = {"unit": value}
+        elif key == "quiesce_mtime":
+            try:
+                quiesce.update(exists=True, mtime=float(value))
+            except ValueError:
+                quiesce.update(exists=True, mtime=None, error=f"unreadable modification time {value!r}")
+        elif display is not None and key in ("ActiveState", "ActiveEnterTimestamp", "InactiveEnterTimestamp", "error"):
+            display[key] = value
+    return display, quiesce
+
+
+def split_restore_read(stdout: str, rc, host_marker: str, log_marker: str, quiesce_path: str) -> dict:
+    """The restore point's one call a rank: host reads, host_marker, the containers' docker inspect JSON,
+    log_marker, the engine's log. {display, quiesce, containers (JSON text), log}; a failed call (rc != 0: docker
+    did not answer) gives no containers, which the serving check then names."""
+    text = str(stdout or "")
+    head, sep, rest = text.partition(host_marker + "\n")
+    if not sep:
+        head, rest = "", text
+    display, quiesce = host_reads(head, quiesce_path)
+    if rc != 0:
+        return {"display": display, "quiesce": quiesce, "containers": "[]", "log": ""}
+    containers, _, log = rest.partition("\n" + log_marker)
+    return {"display": display, "quiesce": quiesce, "containers": containers or "[]", "log": log[1:]}
 
 
 def refusal(host: str, rank, result: dict, restart: str = RESTART) -> str:

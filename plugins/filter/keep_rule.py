@@ -1,14 +1,14 @@
 """Filters for the rollout decision (module_utils/keep_rule.py) in playbooks: `keep_decision`,
 `autotune_comparable`, `rollout_judge` (gates, guards, memory ledger and keep rule in one call),
 `rollout_apply_failures`, `rollout_summary`, and the guard before a rollout (module_utils/boot_currency.py):
-`rollout_boot_changes`, `rollout_boot_refusal`."""
+`rollout_boot_changes`, `rollout_boot_refusal`, `rollout_restore_read`."""
 from __future__ import annotations
 
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "module_utils"))
-from boot_currency import changes_since_boot, refusal  # noqa: E402
+from boot_currency import changes_since_boot, refusal, split_restore_read  # noqa: E402
 from keep_rule import apply_failures as _parse_failures, attribute_failures, autotune_comparable, decide, judge, summary  # noqa: E402
 
 
@@ -65,6 +65,13 @@ def rollout_boot_changes(engine, containers, display=None, quiesce=None):
                               _plain(quiesce) if quiesce else None)
 
 
+def rollout_restore_read(result, host_marker, log_marker, quiesce_path):
+    """The restore point's one shell call of a rank, split (module_utils/boot_currency.py split_restore_read)."""
+    result = _plain(result or {})
+    return split_restore_read(str(result.get("stdout") or ""), result.get("rc", 1), str(host_marker), str(log_marker),
+                              str(quiesce_path))
+
+
 def rollout_boot_refusal(result, host, rank):
     return refusal(str(host), rank, _plain(result))
 
@@ -74,4 +81,4 @@ class FilterModule:
         return {"keep_decision": keep_decision, "autotune_comparable": rollout_autotune_comparable,
                 "rollout_judge": rollout_judge, "rollout_apply_failures": rollout_apply_failures,
                 "rollout_summary": rollout_summary, "rollout_boot_changes": rollout_boot_changes,
-                "rollout_boot_refusal": rollout_boot_refusal}
+                "rollout_boot_refusal": rollout_boot_refusal, "rollout_restore_read": rollout_restore_read}

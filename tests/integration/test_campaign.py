@@ -106,10 +106,12 @@ def test_a_three_rung_campaign_keeps_its_winner_and_reports_the_night(serving_fl
         assert len(shipped) == 1, (rung["id"], len(shipped))
         # the preflight the campaign ran before its first rung is skipped in the rung as one task (playbooks/
         # preflight.yml includes its role), not as every task of the role on every host, at each of the
-        # rollout's three imports of validate_inventory.yml; the restore point reads each rank in one call
+        # rollout's three imports of validate_inventory.yml; the restore point reads each rank in one call (its
+        # display manager and quiesce record too: no separate stat and systemctl turns)
         started = [ev["event_data"].get("task") for ev in rung_events(rung["run_dir"]) if ev.get("event") == "playbook_on_task_start"]
         assert "Check the allow-lists and the fabric settings" not in started, rung["id"]
-        assert started.count("Read this rank's containers and its engine's log") == 1, rung["id"]
+        assert started.count("Read this rank's display manager, quiesce record, containers and engine log") == 1, rung["id"]
+        assert not {"Find the display manager", "Read when the quiesce record was last written"} & set(started), rung["id"]
         assert Path(rung["run_dir"], "report.md").is_file() and Path(rung["run_dir"], "plots", "decode_tok_s.png").is_file()
     gaps = progress_gaps(run)
     print(f"3-rung campaign: {wall:.0f} s wall; the campaign's own time {state.get('overhead')}; "

@@ -92,3 +92,51 @@ def test_the_refusal_names_what_changed_and_the_command_to_run_first():
     assert "spark3 (rank 2)" in msg and "gdm.service stopped" in msg and "booted at 2026-12-02 06:10:07 UTC" in msg
     assert "ansible-playbook playbooks/engine.yml -e engine_state=restarted" in msg
     assert "Nothing was changed" in msg
+
+
+# The restore point's one shell call a rank (roles/rollout/tasks/restore_point.yml): host reads, the host marker,
+# the containers' docker inspect, the log marker, the engine's log. These are the real commands' outputs.
+HOST_MARKER, LOG_MARKER, QUIESCE = "--- sparkfleet: containers ---", "--- sparkfleet: engine log ---", "/var/lib/sparkfleet/quiesce.json"
+INSPECT = '[{"Name": "/dsv41-worker", "State": {"Running": true, "StartedAt": "%s"}}]' % BOOT
+
+
+def restore_read(host_lines):
+    return "\n".join(host_lines + [HOST_MARKER, INSPECT, "", LOG_MARKER, "[2026-12-02 06:10:09] line one", "line two"])
+
+
+def test_the_restore_points_one_call_is_split_into_display_quiesce_containers_and_log():
+    from ansible.module_utils.boot_currency import split_restore_read
+    out = split_restore_read(restore_read([
+        "unit=gdm.service", "ActiveState=inactive", "ActiveEnterTimestamp=Wed 2026-12-02 06:08:50 UTC",
+        "InactiveEnterTimestamp=Wed 2026-12-02 06:09:33 UTC", "quiesce_mtime=1796191779.600000000"]),
+        0, HOST_MARKER, LOG_MARKER, QUIESCE)
+    assert out["display"] == {"unit": "gdm.service", "ActiveState": "inactive",
+                              "ActiveEnterTimestamp": "Wed 2026-12-02 06:08:50 UTC",
+                              "InactiveEnterTimestamp": "Wed 2026-12-02 06:09:33 UTC"}
+    assert out["quiesce"] == {"path": QUIESCE, "exists": True, "mtime": pytest.approx(1796191779.6)}
+    assert out["log"] == "[2026-12-02 06:10:09] line one\nline two"
+    import json
+    assert json.loads(out["containers"])[0]["Name"] == "/dsv41-worker"
+    # the same verdict as the three separate reads gave
+    assert changes_since_boot(ENGINE, json.loads(out["containers"]), out["display"], out["quiesce"])["current"]
+
+
+def test_no_display_manager_and_no_quiesce_record_read_as_before():
+    from ansible.module_utils.boot_currency import split_restore_read
+    out = split_restore_read(restore_read([]), 0, HOST_MARKER, LOG_MARKER, QUIESCE)
+    assert out["display"] is None and out["quiesce"] == {"path": QUIESCE, "exists": False, "mtime": None}
+    # a quiesce record written after the boot is still seen
+    later = split_restore_read(restore_read(["quiesce_mtime=1796191900.5"]), 0, HOST_MARKER, LOG_MARKER, QUIESCE)
+    out = changes_since_boot(ENGINE, [ENGINE], later["display"], later["quiesce"])
+    assert not out["current"] and out["changes"][0]["what"] == "quiesce"
+
+
+def test_a_failed_docker_read_gives_no_containers_and_a_failed_systemctl_is_not_current():
+    from ansible.module_utils.boot_currency import split_restore_read
+    out = split_restore_read("unit=gdm.service\nerror=systemctl show gdm.service failed (rc 1)\n" + HOST_MARKER
+                             + "\nCannot connect to the Docker daemon", 1, HOST_MARKER, LOG_MARKER, QUIESCE)
+    assert out["containers"] == "[]" and out["log"] == ""
+    verdict = changes_since_boot(ENGINE, [ENGINE], out["display"], out["quiesce"])
+    assert not verdict["current"]
+    assert "the display manager's state could not be read (systemctl show gdm.service failed (rc 1))" in \
+        refusal("spark2", 1, verdict)

@@ -37,9 +37,21 @@ def test_the_shipped_plan_is_valid_and_runs_stages_a_to_i_in_dependency_order():
 
 
 def test_the_testbed_plans_are_valid():
-    for name in ("testbed-3.yml", "testbed-6.yml"):
+    for name in ("testbed-3.yml", "testbed-6.yml", "testbed-real-boots.yml", "testbed-real-default.yml"):
         plan, catalog = load_plan(str(FIXTURES / name), str(ROOT / "experiments"))
         assert check_plan(plan, catalog) == [], name
+
+
+def test_the_overhead_measurement_plan_measures_the_default_plans_workloads():
+    """benchmarks/campaign_real_boots.sh measures issue 23's overhead with the shipped plan's benchmark arms:
+    the same rollout variables, and no override of the experiments' own workload types and concurrencies."""
+    plan, catalog = load_plan(str(FIXTURES / "testbed-real-default.yml"), str(ROOT / "experiments"))
+    shipped, _ = default()
+    assert plan["rollout"] == shipped["rollout"]
+    assert "rollout_types" not in shipped["rollout"] and "rollout_concurrency" not in shipped["rollout"]
+    assert set(plan["experiments"]) <= set(shipped["experiments"])
+    for name in plan["experiments"]:
+        assert catalog[name]["workloads"]["types"] == ["prose", "code"], name
 
 
 def test_an_unknown_experiment_is_named():
