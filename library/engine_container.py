@@ -7,20 +7,20 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: engine_container
-short_description: One serving-engine container (a TP rank) as desired state, through the docker CLI
+short_description: Compare, start, restart or stop one serving-engine container (a TP rank) and wait for its ready line
 description:
-  - Creates, recreates, starts, restarts, stops or removes one engine container (the head's or a worker's, named by
-    the inventory's C(fleet_head_container) and C(fleet_worker_container), docs/reference.md section 2) with the
-    docker CLI, and optionally waits for a log line.
-  - C(docker inspect) is the truth. The container is B(recreated only when) its image id, its managed env or its
-    mounts differ from the desired ones; run flags (O(run_args)) and labels are applied at creation, not compared.
+  - Compares one engine container (the head's or a worker's, named by the inventory's C(fleet_head_container) and
+    C(fleet_worker_container), docs/reference.md section 2) with the desired one, starts, restarts or stops it with
+    the docker CLI, and optionally waits for a log line of this start.
+  - It B(never creates, recreates or removes) a container. roles/engine makes them with
+    C(community.docker.docker_container); with O(state=started) a missing or differing container is an error naming
+    its differences (check mode reports it as RV(action=create) or RV(action=recreate), the rank's plan).
+  - C(docker inspect) is the truth. A container differs when its image id, its managed env or its mounts differ from
+    the desired ones; run flags and labels are compared by C(community.docker.docker_container), not here.
   - Managed env means every key of O(env) plus every key of the container's env that its image does not set
     (or sets to another value); the image's own C(ENV) (C(PATH), C(PYTHONPATH)...) that docker merges into
     C(Config.Env) is left out of the comparison. A key added by hand with C(-e) therefore shows up as a difference.
-  - With O(env_files) the env reaches the container only through C(--env-file) (in order, later files win) and
-    O(env) is what those files must give; after a (re)creation the module inspects the container and fails if its
-    env differs from O(env). Without O(env_files) each key of O(env) is passed with C(-e).
-  - A start (create, recreate, start, restart) records how many log lines the container had, so O(wait_for) only
+  - A start (start, restart) records how many log lines the container had, so O(wait_for) only
     looks at lines this boot wrote.
 version_added: "0.1.0"
 author: sparkfleet contributors (!UNKNOWN)
@@ -31,55 +31,29 @@ options:
     required: true
   state:
     description:
-      - C(started) creates the container when absent, recreates it when it differs, starts it when stopped.
+      - C(started) starts the container when stopped (O(restart) restarts a running one); a missing or differing
+        container fails (in check mode RV(action) is C(create) or C(recreate)).
       - C(stopped) stops it when running (C(docker stop -t O(stop_timeout))); it is kept with its log.
-      - C(absent) removes it.
     type: str
-    choices: [started, stopped, absent]
+    choices: [started, stopped]
     default: started
   image:
-    description: Image reference to run. Required with O(state=started); it must be on the host.
+    description: Image reference the container must run. Required with O(state=started); it must be on the host.
     type: str
-  command:
-    description: Arguments after the image (the entrypoint comes from the image).
-    type: list
-    elements: str
-    default: []
   env:
     description:
       - The env the container must have (keys sparkfleet manages). Values are strings without newlines.
     type: dict
     default: {}
-  env_files:
-    description: Env files on the host passed with C(--env-file), in order.
-    type: list
-    elements: path
-    default: []
   mounts:
     description: C(SRC:DST[:ro]) bind mounts (SRC an absolute host path) or volumes (SRC a volume name).
     type: list
     elements: str
     default: []
-  run_args:
-    description: Further C(docker run) flags, as separate arguments (the recipe's C(--network host) ... flags).
-    type: list
-    elements: str
-    default: []
-  labels:
-    description: Labels set at creation (not compared).
-    type: dict
-    default: {}
   restart:
     description: With O(state=started), stop and start a container that already matches and runs (a fresh boot).
     type: bool
     default: false
-  create:
-    description:
-      - With O(state=started), whether this module may create or recreate the container. V(false) when
-        C(community.docker.docker_container) made it (roles/engine does); a missing or differing container is then
-        an error naming its differences, and the module only starts, restarts and waits.
-    type: bool
-    default: true
   wait_for:
     description:
       - With O(state=started), a Python regular expression; the module polls C(docker logs) until a line written
@@ -124,7 +98,7 @@ attributes:
   check_mode:
     support: full
     description: Inspects the container and the image, computes RV(action), RV(differences) and the diff, and
-      changes nothing (no create, start, stop, removal or wait).
+      changes nothing (no start, stop or wait).
   diff_mode:
     support: full
     description: Image, state, managed env and mounts before and after, as text.
@@ -134,43 +108,32 @@ notes:
     ranks boot and in which order (workers first, then the head).
 seealso:
   - module: boot_log_info
+  - module: community.docker.docker_container
 """
 
 EXAMPLES = r"""
-- name: Start this worker's engine container from the rendered env files
+- name: Compare this worker's engine container with the desired one (the rank's plan, with the diff)
   engine_container:
     name: "{{ fleet_worker_container }}"
     image: dsv41-3x-spark:local
-    command: [run]
-    env_files:
-      - /home/zurih/dsv41-3x-spark/sparkfleet.env
-      - /home/zurih/dsv41-3x-spark/sparkfleet-rank.env
     env: "{{ engine_env_desired }}"
     mounts:
       - dsv41-weights:/models/DeepSeek-V4.1-Flash:ro
       - /home/zurih/dsv41-3x-spark/state:/state
       - /home/zurih/.cache:/root/.cache
       - /home/zurih/dsv41-3x-spark/engram:/engram
-    run_args: [--network, host, --ipc, host, --privileged, --gpus, all, --shm-size, 32g]
+  check_mode: true
+  register: plan
 
-- name: Boot the head and wait for its ready line
+- name: Boot the head (made by community.docker.docker_container) and wait for its ready line
   engine_container:
     name: "{{ fleet_head_container }}"
     image: dsv41-3x-spark:local
-    command: [run]
     env: {NODE_RANK: "0", TP_SIZE: "3"}
     restart: true
     wait_for: '^.*Ready: API on port'
     wait_timeout: 600
   register: head
-
-- name: Only look (what would change, with the diff)
-  engine_container:
-    name: "{{ fleet_worker_container }}"
-    image: dsv41-3x-spark:local
-    env: {NODE_RANK: "1"}
-  check_mode: true
-  register: plan
 
 - name: Stop the head, keeping the container and its log
   engine_container:
@@ -180,13 +143,13 @@ EXAMPLES = r"""
 
 RETURN = r"""
 action:
-  description: What was (or in check mode would be) done.
+  description: What was (or in check mode would be) done; C(create) and C(recreate) only in check mode (the plan).
   returned: always
   type: str
-  choices: [none, create, recreate, start, restart, stop, remove]
+  choices: [none, create, recreate, start, restart, stop]
   sample: recreate
 differences:
-  description: Why a container is recreated, one entry per differing image id, env key or mount destination
+  description: Why a container differs, one entry per differing image id, env key or mount destination
     (C(null) means absent on that side).
   returned: always
   type: list
@@ -266,7 +229,7 @@ msg:
   description: One line saying what happened.
   returned: always
   type: str
-  sample: "dsv41-worker: recreated (2 differences: env DSV41_AUTOTUNE_KEEP, mount /engram)"
+  sample: "dsv41-worker: would recreate (2 differences: env DSV41_AUTOTUNE_KEEP, mount /engram)"
 """
 
 import re
@@ -282,30 +245,23 @@ from ansible.module_utils.engine_container import (
     current_summary,
     parse_mount,
     plan,
-    verify_created,
     wait_for_line,
 )
 
-PAST = {"none": "unchanged", "create": "created", "recreate": "recreated", "start": "started",
-        "restart": "restarted", "stop": "stopped", "remove": "removed"}
+PAST = {"none": "unchanged", "start": "started", "restart": "restarted", "stop": "stopped"}
 FUTURE = {"none": "unchanged", "create": "would create", "recreate": "would recreate", "start": "would start",
-          "restart": "would restart", "stop": "would stop", "remove": "would remove"}
+          "restart": "would restart", "stop": "would stop"}
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             name=dict(type="str", required=True),
-            state=dict(type="str", default="started", choices=["started", "stopped", "absent"]),
+            state=dict(type="str", default="started", choices=["started", "stopped"]),
             image=dict(type="str"),
-            command=dict(type="list", elements="str", default=[]),
             env=dict(type="dict", default={}),
-            env_files=dict(type="list", elements="path", default=[]),
             mounts=dict(type="list", elements="str", default=[]),
-            run_args=dict(type="list", elements="str", default=[]),
-            labels=dict(type="dict", default={}),
             restart=dict(type="bool", default=False),
-            create=dict(type="bool", default=True),
             wait_for=dict(type="str"),
             wait_timeout=dict(type="int", default=3600),
             wait_extend_for=dict(type="str"),
@@ -342,10 +298,9 @@ def main() -> None:
         fail(f"wait_extended_timeout ({p['wait_extended_timeout']} s) must not be less than wait_timeout "
              f"({p['wait_timeout']} s)")
     try:
-        desired = Desired(name=name, image=p["image"] or "", command=p["command"],
+        desired = Desired(name=name, image=p["image"] or "",
                           env={str(k): "" if v is None else str(v) for k, v in p["env"].items()},
-                          env_files=p["env_files"], mounts=[parse_mount(m) for m in p["mounts"]],
-                          run_args=p["run_args"], labels={str(k): str(v) for k, v in p["labels"].items()})
+                          mounts=[parse_mount(m) for m in p["mounts"]])
         check_desired(desired, need_image=state == "started")
     except EngineContainerError as exc:
         fail(str(exc), **exc.facts)
@@ -369,9 +324,10 @@ def main() -> None:
         more = len(the_plan.differences) - 6
         why = f" ({len(the_plan.differences)} difference{'s' if len(the_plan.differences) != 1 else ''}: {shown}" \
               + (f", and {more} more" if more > 0 else "") + ")"
-    if not p["create"] and the_plan.action in ("create", "recreate"):
-        fail(f"the container is {'missing' if the_plan.action == 'create' else 'different from the desired one'} "
-             f"and create=false{why}: create it first (roles/engine: community.docker.docker_container)")
+    if not module.check_mode and the_plan.action in ("create", "recreate"):
+        fail(f"the container is {'missing' if the_plan.action == 'create' else 'different from the desired one'}"
+             f"{why}: this module does not create containers; create it first (roles/engine: "
+             "community.docker.docker_container)")
     words = FUTURE if module.check_mode else PAST
     result["msg"] = f"{name}: {words[the_plan.action]}{why}"
     if module.check_mode:
@@ -379,15 +335,9 @@ def main() -> None:
 
     try:
         offset = apply(docker, desired, the_plan, p["stop_timeout"])
-        if the_plan.action in ("create", "recreate"):
-            left = verify_created(docker, desired, the_plan.image_id)
-            if left:
-                fail("the created container's env or mounts differ from the desired ones; the env files do not "
-                     f"give what env says: {'; '.join(d.line() for d in left[:8])}",
-                     remaining_differences=[d.as_dict() for d in left])
     except EngineContainerError as exc:
         fail(f"{the_plan.action} failed: {exc}", **exc.facts)
-    started = the_plan.action in ("create", "recreate", "start", "restart")
+    started = the_plan.action in ("start", "restart")
     if started:
         result["log_offset"] = offset
 

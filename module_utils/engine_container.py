@@ -1,5 +1,7 @@
 # -*- coding: utf-8 -*-
-"""One engine container (a TP rank of the recipe's launcher) as desired state, through the docker CLI.
+"""One engine container (a TP rank of the recipe's launcher): compared with the desired one, started, stopped and
+waited for, through the docker CLI. It never creates, recreates or removes a container: roles/engine does that with
+community.docker.docker_container (docs/engine.md, "community.docker").
 
 The comparison follows docs/reference.md section 2: ``docker inspect`` is the truth. A container matches when its image
 id, its managed env and its mounts equal the desired ones; run flags and labels are applied at creation and not
@@ -50,12 +52,8 @@ class Mount:
 class Desired:
     name: str
     image: str = ""
-    command: list = field(default_factory=list)
     env: dict = field(default_factory=dict)
-    env_files: list = field(default_factory=list)
     mounts: list = field(default_factory=list)          # Mount
-    run_args: list = field(default_factory=list)
-    labels: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -67,11 +65,6 @@ class Difference:
 
     def as_dict(self) -> dict:
         return {"what": self.what, "key": self.key, "desired": self.desired, "actual": self.actual}
-
-    def line(self) -> str:
-        shown = {None: "(absent)"}
-        return (f"{self.what} {self.key}: desired {shown.get(self.desired, self.desired)!s}, "
-                f"actual {shown.get(self.actual, self.actual)!s}")
 
 
 # ---------------------------------------------------------------- input checks
@@ -150,34 +143,11 @@ class Docker:
         _, out, err = self._call("logs", name)
         return out + err
 
-    def run(self, desired: Desired) -> str:
-        _, out, _ = self._call(*run_argv(desired))
-        return out.strip()
-
     def start(self, name: str) -> None:
         self._call("start", name)
 
     def stop(self, name: str, timeout: int) -> None:
         self._call("stop", "-t", str(timeout), name)
-
-    def remove(self, name: str) -> None:
-        self._call("rm", "-f", name)
-
-
-def run_argv(desired: Desired) -> list:
-    """``docker run -d`` arguments: name, labels, the caller's flags, env files, extra env, mounts, image, command."""
-    argv = ["run", "-d", "--name", desired.name]
-    for key, value in sorted(desired.labels.items()):
-        argv += ["--label", f"{key}={value}"]
-    argv += list(desired.run_args)
-    for path in desired.env_files:
-        argv += ["--env-file", path]
-    if not desired.env_files:
-        for key, value in sorted(desired.env.items()):
-            argv += ["-e", f"{key}={value}"]
-    for mount in desired.mounts:
-        argv += ["-v", mount.spec()]
-    return argv + [desired.image] + list(desired.command)
 
 
 # ---------------------------------------------------------------- comparison
@@ -262,7 +232,7 @@ def current_summary(docker: Docker, desired: Desired) -> Optional[dict]:
 
 @dataclass
 class Plan:
-    action: str                 # none | create | recreate | start | restart | stop | remove
+    action: str                 # none | create | recreate | start | restart | stop (create/recreate: plan only)
     differences: list
     before: str
     after: str
@@ -282,8 +252,6 @@ def plan(docker: Docker, desired: Desired, state: str, restart: bool) -> Plan:
     before = "absent\n" if container is None else describe(
         summary["image"], summary["image_id"], before_status, summary["env"], mounts_of(container))
 
-    if state == "absent":
-        return Plan("remove" if container else "none", [], before, "absent\n", summary, None)
     if state == "stopped":
         running = bool(container and summary["running"])
         after = before.replace(f"state: {before_status}", "state: exited") if running else before
@@ -322,14 +290,13 @@ def log_line_count(docker: Docker, name: str) -> int:
 
 
 def apply(docker: Docker, desired: Desired, p: Plan, stop_timeout: int) -> int:
-    """Carry out the plan; return the number of log lines written before this start (0 for a new container)."""
+    """Carry out a stop, start or restart; return the number of log lines written before this start. A plan to
+    create or recreate is never carried out here (community.docker.docker_container makes containers)."""
+    if p.action in ("create", "recreate"):
+        raise EngineContainerError(f"{desired.name}: this module does not {p.action} containers")
     offset = 0
-    if p.action in ("remove", "recreate"):
-        docker.remove(desired.name)
     if p.action == "stop":
         docker.stop(desired.name, stop_timeout)
-    if p.action in ("create", "recreate"):
-        docker.run(desired)
     if p.action == "restart":
         offset = log_line_count(docker, desired.name)
         docker.stop(desired.name, stop_timeout)
@@ -338,15 +305,6 @@ def apply(docker: Docker, desired: Desired, p: Plan, stop_timeout: int) -> int:
         offset = log_line_count(docker, desired.name)
         docker.start(desired.name)
     return offset
-
-
-def verify_created(docker: Docker, desired: Desired, image_id: str) -> list:
-    """After (re)creating: the differences docker inspect still shows (the env files disagree with env)."""
-    container = docker.container(desired.name)
-    if container is None:
-        raise EngineContainerError(f"container {desired.name} is gone right after docker run")
-    image = docker.image(image_id)
-    return differences(desired, image_id, container, env_of(((image or {}).get("Config") or {}).get("Env")))
 
 
 @dataclass

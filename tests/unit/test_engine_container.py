@@ -1,10 +1,10 @@
 """library/engine_container (with module_utils/engine_container), the engine_env role's filters and the two
-inventories' serving env, run in-process against an in-memory docker CLI."""
+inventories' serving env, run in-process against an in-memory docker CLI. The module compares, starts, restarts,
+stops and waits; it never creates, recreates or removes a container (community.docker.docker_container does)."""
 from __future__ import annotations
 
 import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import yaml
@@ -76,8 +76,6 @@ class FakeDocker:
                 else:
                     c["log"].extend(step)
             return 0, "".join(line + "\n" for line in c["log"]), ""
-        if verb == "run":
-            return self._run(args[1:])
         if verb == "start":
             c = self.containers[args[1]]
             c["State"].update(Status="running", Running=True)
@@ -87,35 +85,7 @@ class FakeDocker:
             c = self.containers[args[-1]]
             c["State"].update(Status="exited", Running=False, ExitCode=143)
             return 0, args[-1] + "\n", ""
-        if verb == "rm":
-            self.containers.pop(args[-1], None)
-            return 0, args[-1] + "\n", ""
         raise AssertionError(f"unexpected docker call {args}")
-
-    def _run(self, args):
-        env, mounts, name, i = {}, [], None, 0
-        while args[i].startswith("-"):
-            flag = args[i]
-            if flag in ("-d", "--privileged") or "=" in flag:
-                i += 1
-                continue
-            value = args[i + 1]
-            i += 2
-            if flag == "--name":
-                name = value
-            elif flag == "--env-file":
-                for line in Path(value).read_text().splitlines():
-                    if line.strip() and not line.lstrip().startswith("#") and "=" in line:
-                        k, _, v = line.partition("=")
-                        env[k] = v
-            elif flag == "-e":
-                k, _, v = value.partition("=")
-                env[k] = v
-            elif flag == "-v":
-                mounts.append(value)
-        image = self.image_by(args[i])
-        self.add_container(name, env, mounts, image=image["Id"], log=self.on_start(name))
-        return 0, "c" * 64 + "\n", ""
 
     def mutating(self):
         return [c for c in self.calls if c[0] in ("run", "start", "stop", "rm")]
@@ -147,50 +117,26 @@ def docker(monkeypatch):
     return fake
 
 
-@pytest.fixture
-def env_files(tmp_path):
-    shared = tmp_path / "sparkfleet.env"
-    rank = tmp_path / "sparkfleet-rank.env"
-    shared.write_text("#\n# Ansible managed\n#\n" + "".join(f"{k}={v}\n" for k, v in ENV.items() if k != "NODE_RANK"))
-    rank.write_text("NODE_RANK=1\n")
-    return [str(shared), str(rank)]
-
-
 def args(**over):
-    base = {"name": "dsv41-worker", "image": "dsv41-3x-spark:local", "command": ["run"], "env": dict(ENV),
-            "mounts": list(MOUNTS), "run_args": ["--network=host", "--ipc=host", "--privileged"],
-            "labels": {"sparkfleet.rank": "1"}}
+    base = {"name": "dsv41-worker", "image": "dsv41-3x-spark:local", "env": dict(ENV), "mounts": list(MOUNTS)}
     base.update(over)
     return base
 
 
-# ---------------------------------------------------------------- create / compare
+# ---------------------------------------------------------------- compare (the rank's plan)
 
-def test_creates_an_absent_container_from_the_env_files_in_order(docker, env_files):
-    out = run_module(MODULE, args(env_files=env_files), diff=True)
-    assert not out.failed, out.result
+def test_check_mode_reports_a_missing_container_as_create_and_changes_nothing(docker):
+    out = run_module(MODULE, args(), check_mode=True, diff=True)
     r = out.result
     assert (r["action"], r["changed"], r["container"], r["image_id"]) == ("create", True, None, IMAGE_ID)
-    run = next(c for c in docker.calls if c[0] == "run")
-    assert run[run.index("--name") + 1] == "dsv41-worker"
-    assert [run[i + 1] for i, a in enumerate(run) if a == "--env-file"] == env_files
-    assert "-e" not in run, "with env files, env reaches the container only through them"
-    assert [run[i + 1] for i, a in enumerate(run) if a == "-v"] == MOUNTS
-    assert run[-2:] == ["dsv41-3x-spark:local", "run"] and "--privileged" in run
+    assert r["msg"] == "dsv41-worker: would create"
     assert r["diff"]["before"] == "absent\n" and "  DSV41_AUTOTUNE_KEEP=1\n" in r["diff"]["after"]
-    assert r["msg"] == "dsv41-worker: created"
-
-
-def test_check_mode_reports_the_creation_and_changes_nothing(docker, env_files):
-    out = run_module(MODULE, args(env_files=env_files), check_mode=True, diff=True)
-    assert out.result["action"] == "create" and out.result["changed"] is True
-    assert out.result["msg"] == "dsv41-worker: would create"
     assert docker.mutating() == [] and docker.containers == {}
 
 
-def test_a_matching_container_is_left_alone_and_the_images_own_env_is_ignored(docker, env_files):
+def test_a_matching_container_is_left_alone_and_the_images_own_env_is_ignored(docker):
     docker.add_container("dsv41-worker", ENV, MOUNTS)
-    out = run_module(MODULE, args(env_files=env_files), diff=True)
+    out = run_module(MODULE, args(), diff=True)
     assert (out.result["action"], out.result["changed"], out.result["differences"]) == ("none", False, [])
     assert "diff" not in out.result and docker.mutating() == []
     assert "PATH" not in out.result["container"]["env"] and out.result["container"]["env"]["NODE_RANK"] == "1"
@@ -211,7 +157,7 @@ def test_a_matching_container_is_left_alone_and_the_images_own_env_is_ignored(do
       "actual": "dsv41-weights:/models/DeepSeek-V4.1-Flash"}),
 ], ids=["switch-missing", "key-added-by-hand", "image-key-overridden", "wrong-rank", "image", "mount-missing",
         "mount-writable"])
-def test_a_differing_container_is_recreated_and_the_difference_named(docker, env_files, change, difference):
+def test_a_differing_container_is_planned_as_recreate_and_the_difference_named(docker, change, difference):
     env, mounts = dict(ENV), list(MOUNTS)
     if "env_drop" in change:
         env.pop(change["env_drop"])
@@ -225,28 +171,26 @@ def test_a_differing_container_is_recreated_and_the_difference_named(docker, env
     docker.images["old"] = {"Id": NEW_IMAGE_ID, "Config": {"Env": list(IMAGE_ENV)}}
     docker.add_container("dsv41-worker", env, mounts, image=change.get("image", IMAGE_ID), log=["old boot"])
 
-    checked = run_module(MODULE, args(env_files=env_files), check_mode=True, diff=True).result
+    checked = run_module(MODULE, args(), check_mode=True, diff=True).result
     assert checked["action"] == "recreate" and checked["differences"] == [difference]
     assert docker.mutating() == []
 
-    out = run_module(MODULE, args(env_files=env_files))
-    assert not out.failed, out.result
-    assert out.result["action"] == "recreate" and out.result["differences"] == [difference]
-    assert [c[0] for c in docker.mutating()] == ["rm", "run"]
-    again = run_module(MODULE, args(env_files=env_files)).result
-    assert (again["action"], again["changed"]) == ("none", False)
+    out = run_module(MODULE, args())
+    assert out.failed and out.result["action"] == "recreate" and out.result["differences"] == [difference]
+    assert "different from the desired one (1 difference" in out.result["msg"]
+    assert docker.mutating() == [], "only community.docker.docker_container recreates"
 
 
-def test_a_stopped_matching_container_is_started_not_recreated(docker, env_files):
+def test_a_stopped_matching_container_is_started_not_recreated(docker):
     docker.add_container("dsv41-worker", ENV, MOUNTS, running=False, log=["old 1", "old 2", "old 3"])
-    out = run_module(MODULE, args(env_files=env_files)).result
+    out = run_module(MODULE, args()).result
     assert (out["action"], out["log_offset"]) == ("start", 3)
     assert [c[0] for c in docker.mutating()] == ["start"]
 
 
-def test_restart_stops_and_starts_a_running_container(docker, env_files):
+def test_restart_stops_and_starts_a_running_container(docker):
     docker.add_container("dsv41-worker", ENV, MOUNTS, log=["old"])
-    out = run_module(MODULE, args(env_files=env_files, restart=True)).result
+    out = run_module(MODULE, args(restart=True)).result
     assert out["action"] == "restart" and [c[0] for c in docker.mutating()] == ["stop", "start"]
 
 
@@ -259,37 +203,13 @@ def test_stopped_state(docker, running, action):
     assert "dsv41-head" in docker.containers, "stopping keeps the container and its log"
 
 
-def test_absent_state_removes(docker):
-    docker.add_container("dsv41-head", ENV, MOUNTS)
-    assert run_module(MODULE, {"name": "dsv41-head", "state": "absent"}).result["action"] == "remove"
-    assert docker.containers == {}
-    assert run_module(MODULE, {"name": "dsv41-head", "state": "absent"}).result["action"] == "none"
-
-
-def test_env_is_passed_with_e_when_there_are_no_env_files(docker):
-    out = run_module(MODULE, args(env={"NODE_RANK": "0", "EXTRA_SGLANG_ARGS": "--enable-metrics --x"}))
-    run = next(c for c in docker.calls if c[0] == "run")
-    assert [run[i + 1] for i, a in enumerate(run) if a == "-e"] == ["EXTRA_SGLANG_ARGS=--enable-metrics --x",
-                                                                    "NODE_RANK=0"]
-    assert out.result["action"] == "create"
-
-
-def test_env_files_that_disagree_with_env_fail_after_creation(docker, tmp_path):
-    stale = tmp_path / "stale.env"
-    stale.write_text("NODE_RANK=1\nTP_SIZE=4\n")
-    out = run_module(MODULE, args(env={"NODE_RANK": "1", "TP_SIZE": "3"}, env_files=[str(stale)]))
-    assert out.failed
-    assert "env TP_SIZE: desired 3, actual 4" in out.result["msg"]
-    assert out.result["remaining_differences"] == [{"what": "env", "key": "TP_SIZE", "desired": "3", "actual": "4"}]
-
-
 # ---------------------------------------------------------------- waiting for the ready line
 
-def test_waits_for_the_ready_line_of_this_boot_only(docker, env_files):
+def test_waits_for_the_ready_line_of_this_boot_only(docker):
     docker.add_container("dsv41-head", ENV, MOUNTS, running=False, log=["old boot", READY, "[NCCL] Watchdog ..."])
     docker.on_start = lambda name: ["dsv41 boot: rank=0"]
     docker.log_script = [[], ["Rendezvous complete: 3 ranks"], [READY]]
-    out = run_module(MODULE, args(name="dsv41-head", env_files=env_files, wait_for="^.*Ready: API on port",
+    out = run_module(MODULE, args(name="dsv41-head", wait_for="^.*Ready: API on port",
                                   wait_timeout=30))
     assert not out.failed, out.result
     r = out.result
@@ -298,11 +218,12 @@ def test_waits_for_the_ready_line_of_this_boot_only(docker, env_files):
     assert docker.log_script == [], "the old boot's ready line must not end the wait"
 
 
-def test_a_head_that_exits_fails_with_its_last_lines_and_exit_code(docker, env_files):
+def test_a_head_that_exits_fails_with_its_last_lines_and_exit_code(docker):
     error = "RuntimeError: CUDA error: out of memory (NV_ERR_NO_MEMORY) while reserving the static pool"
+    docker.add_container("dsv41-head", ENV, MOUNTS, running=False, log=["old boot"])
     docker.on_start = lambda name: ["dsv41 boot: rank=0", error]
     docker.log_script = [[], "exit"]
-    out = run_module(MODULE, args(name="dsv41-head", env_files=env_files, wait_for="^.*Ready: API on port",
+    out = run_module(MODULE, args(name="dsv41-head", wait_for="^.*Ready: API on port",
                                   wait_timeout=30))
     assert out.failed
     r = out.result
@@ -312,8 +233,8 @@ def test_a_head_that_exits_fails_with_its_last_lines_and_exit_code(docker, env_f
     assert rest[-1] == error
 
 
-def test_check_mode_does_not_wait(docker, env_files):
-    out = run_module(MODULE, args(env_files=env_files, wait_for="Ready"), check_mode=True)
+def test_check_mode_does_not_wait(docker):
+    out = run_module(MODULE, args(wait_for="Ready"), check_mode=True)
     assert out.result["ready"] is None and "wait_s" not in out.result
 
 
@@ -467,10 +388,11 @@ def test_a_boot_that_does_not_retune_keeps_the_ordinary_timeout():
     assert not waited.ready and not waited.extended and waited.timeout == 30 and waited.running
 
 
-def test_the_module_reports_retuning_and_names_the_timeout_that_applied(docker, env_files):
+def test_the_module_reports_retuning_and_names_the_timeout_that_applied(docker):
+    docker.add_container("dsv41-head", ENV, MOUNTS, running=False)
     docker.on_start = lambda name: ["dsv41 boot: rank=0", RETUNE]
     docker.log_script = [[], [READY]]
-    out = run_module(MODULE, args(name="dsv41-head", env_files=env_files, wait_for="Ready: API on port",
+    out = run_module(MODULE, args(name="dsv41-head", wait_for="Ready: API on port",
                                   wait_timeout=30, wait_extend_for=RETUNE_RE, wait_extended_timeout=3600))
     assert not out.failed, out.result
     assert out.result["retuning"] is True and out.result["retuning_line"] == RETUNE
@@ -491,7 +413,9 @@ def test_secrets_never_appear_in_the_result_or_the_diff(docker):
            "API_KEY": "k9"}
     docker.add_container("dsv41-worker", old, MOUNTS, log=["old boot"])
     for check in (True, False):
+        # A real run fails (the container differs: only community.docker recreates it); neither shows a secret.
         out = run_module(MODULE, args(env=new, secret_env_keys=["MY_CRED"]), check_mode=check, diff=True)
+        assert out.failed is not check
         text = json.dumps(out.result)
         assert out.result["invocation"]["module_args"]["env"]["HF_TOKEN"] == "********"
         for secret in ("hf_old_secret_1", "hf_new_secret_3", "cred_old_2", "cred_new_4", "pw0rd", '"k9"', "=k9"):
@@ -501,40 +425,49 @@ def test_secrets_never_appear_in_the_result_or_the_diff(docker):
         if check:
             assert "HF_TOKEN=********" in out.result["diff"]["after"]
             assert "HTTP_PROXY=http://p:3128" in out.result["diff"]["after"]
-    # The container itself got the real values.
-    created = docker.containers["dsv41-worker"]["Config"]["Env"]
-    assert "HF_TOKEN=hf_new_secret_3" in created and "MY_CRED=cred_new_4" in created
+    assert docker.mutating() == []
 
 
-def test_the_result_carries_the_container_as_it_is_after_the_run(docker, env_files):
+def test_the_result_carries_the_container_as_it_is_after_the_run(docker):
     """Issue 20 item 8: `container` is the container before the run (a restarted engine's was exited by the
     fleet's stop), `container_after` the one the run left (running): record.json shows the latter."""
     docker.add_container("dsv41-worker", ENV, MOUNTS, running=False, log=["old"])
-    out = run_module(MODULE, args(env_files=env_files)).result
+    out = run_module(MODULE, args()).result
     assert out["container"]["status"] == "exited"
     assert out["container_after"]["status"] == "running" and out["container_after"]["running"] is True
     stopped = run_module(MODULE, {"name": "dsv41-worker", "state": "stopped", "stop_timeout": 5}).result
     assert stopped["container"]["running"] is True and stopped["container_after"]["status"] == "exited"
-    gone = run_module(MODULE, {"name": "dsv41-worker", "state": "absent"}).result
-    assert gone["container_after"] is None
 
 
-# Issue 22 item 4: roles/engine creates and recreates through community.docker.docker_container and gives this module
-# create=false: it only starts (in order, counting the log lines a wait skips); a missing or differing container is
-# an error naming its differences, never a create or recreate through the CLI.
-def test_with_create_false_a_differing_container_fails_without_docker_run(docker, env_files):
+# Issue 22 item 4: roles/engine creates and recreates through community.docker.docker_container; this module only
+# starts (in order, counting the log lines a wait skips). A missing or differing container is an error naming its
+# differences, never a create or recreate through the CLI.
+def test_a_missing_or_differing_container_fails_without_docker_run(docker):
     docker.add_container("dsv41-worker", dict(ENV, NODE_RANK="2"), MOUNTS, running=False, log=["old boot"])
-    out = run_module(MODULE, args(env_files=env_files, create=False))
+    out = run_module(MODULE, args())
     assert out.failed and docker.mutating() == []
-    assert "different from the desired one and create=false (1 difference: env NODE_RANK)" in out.result["msg"]
+    assert "different from the desired one (1 difference: env NODE_RANK): this module does not create containers" \
+        in out.result["msg"]
     docker.containers.clear()
-    missing = run_module(MODULE, args(env_files=env_files, create=False))
-    assert missing.failed and "the container is missing and create=false" in missing.result["msg"]
+    missing = run_module(MODULE, args())
+    assert missing.failed and "the container is missing: this module does not create containers" in missing.result["msg"]
+    assert "community.docker.docker_container" in missing.result["msg"]
     assert docker.mutating() == []
 
 
-def test_with_create_false_a_matching_stopped_container_is_started(docker, env_files):
-    docker.add_container("dsv41-worker", ENV, MOUNTS, running=False, log=["old 1", "old 2"])
-    out = run_module(MODULE, args(env_files=env_files, create=False)).result
-    assert (out["action"], out["log_offset"]) == ("start", 2)
-    assert [c[0] for c in docker.mutating()] == ["start"]
+def test_the_removed_create_options_are_refused(docker):
+    for gone in ({"create": False}, {"env_files": ["/x.env"]}, {"run_args": ["--ipc=host"]}, {"labels": {"a": "b"}},
+                 {"command": ["run"]}, {"state": "absent"}):
+        out = run_module(MODULE, args(**gone))
+        assert out.failed, gone
+    assert docker.calls == []
+
+
+def test_apply_never_creates():
+    fake = FakeDocker()
+    desired = ec.Desired(name="dsv41-worker", image="dsv41-3x-spark:local", env=dict(ENV))
+    the_plan = ec.plan(ec.Docker(fake), desired, "started", False)
+    assert the_plan.action == "create"
+    with pytest.raises(ec.EngineContainerError, match="does not create"):
+        ec.apply(ec.Docker(fake), desired, the_plan, 5)
+    assert fake.mutating() == []
