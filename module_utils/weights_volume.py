@@ -12,7 +12,10 @@ options come from the inventory. ``community.docker.docker_volume_info`` reads t
   ``docker_volume``'s own comparison would not see): ``none``;
 - different: ``refuse`` (left as it is, every difference named) unless the operator opted in to a replacement;
   with the opt-in, ``replace`` only while no container (running or not) uses the volume, else ``refuse`` naming
-  them (docker cannot remove a volume a container references, and the engine reads its weights from it).
+  them (docker cannot remove a volume a container references, and the engine reads its weights from it);
+- never ``replace`` a volume whose removal could delete data, even with the opt-in: a local volume without a
+  ``device`` option (its files are in docker's own storage) or one of another driver (a plugin's remove may
+  delete its backing store). Only a local volume mounting a device, bind, NFS export or tmpfs is replaced.
 
 Plain Python, standard library only.
 """
@@ -103,6 +106,18 @@ def _users(containers: Iterable[dict]) -> List[str]:
     return sorted(names)
 
 
+def _removal_deletes(existing: dict) -> str:
+    """Why removing this volume could delete data ('' when it cannot: a local volume mounting a device, a bind, an
+    NFS export or a tmpfs, whose files live elsewhere or nowhere once unmounted)."""
+    driver = existing.get("Driver") or ""
+    if driver != "local":
+        return f"driver {driver or '(none)'} may delete what the volume holds when the volume is removed"
+    if not _text((existing.get("Options") or {}).get("device")):
+        where = existing.get("Mountpoint") or "under docker's data root"
+        return f"its files live in docker's own storage ({where})"
+    return ""
+
+
 def plan(existing: Optional[dict], name: str, driver: str, options: Optional[dict], replace: bool = False,
          users: Optional[list] = None, host: str = "") -> dict:
     """What to do with the volume: {action: create|none|replace|refuse, differences, users, msg}.
@@ -123,6 +138,13 @@ def plan(existing: Optional[dict], name: str, driver: str, options: Optional[dic
                 "msg": (f"{where}docker volume {name} exists with another driver or options than the inventory's "
                         f"({listed}); it is left as it is. To remove and recreate it with the inventory's, set "
                         f"weights_volume_replace=true (refused while any container uses it)")}
+    kept = _removal_deletes(existing)
+    if kept:
+        return {"action": "refuse", "differences": diffs, "users": [], "needs_users": False,
+                "msg": (f"{where}docker volume {name} exists with another driver or options than the inventory's "
+                        f"({listed}); {kept}, so removing it could delete the only copy: it is left as it is, even "
+                        f"with weights_volume_replace=true. Copy what it holds elsewhere and remove it by hand "
+                        f"(docker volume rm {name}), then run again")}
     if users is None:
         return {"action": "replace", "differences": diffs, "users": [], "needs_users": True,
                 "msg": f"{where}docker volume {name}: would be replaced ({listed}) if no container uses it"}

@@ -64,6 +64,22 @@ def test_the_opt_in_replaces_only_a_volume_no_container_uses():
     assert "it is left as it is" in used["msg"]
 
 
+@pytest.mark.parametrize("existing, holds", [
+    # A plain local volume keeps its files in docker's own storage (its Mountpoint): removing it deletes them.
+    (volume(options={}), "its files live in docker's own storage (/var/lib/docker/volumes/dsv41-weights/_data)"),
+    (volume(options={"size": "8"}), "its files live in docker's own storage"),
+    # Another driver's remove may delete what it holds (some plugins delete the backing disk): not ours to judge.
+    (volume(driver="nfs-csi"), "driver nfs-csi may delete what the volume holds"),
+], ids=["plain-local", "local-without-device", "plugin-driver"])
+def test_the_opt_in_never_removes_a_volume_whose_removal_deletes_its_data(existing, holds):
+    for users in (None, []):
+        p = plan(existing, "dsv41-weights", "local", BIND, replace=True, users=users, host="spark2")
+        assert p["action"] == "refuse" and p["needs_users"] is False, p
+        assert p["msg"].startswith("spark2: docker volume dsv41-weights exists with another driver or options than "
+                                   "the inventory's (")
+        assert holds in p["msg"] and "it is left as it is, even with weights_volume_replace=true" in p["msg"], p["msg"]
+
+
 def test_the_opt_in_changes_nothing_for_a_matching_volume():
     assert plan(volume(), "dsv41-weights", "local", BIND, replace=True)["action"] == "none"
 
