@@ -64,6 +64,16 @@ def plan_of(run) -> dict:
     return next(r for r in run.results(task="Record: autotune plan"))["autotune_plan"]
 
 
+def test_an_engine_image_missing_on_a_node_is_refused_naming_it(seed):
+    run = play("autotune.yml", extravars=keep_vars(engine_image="dsv41:not-built"), check=True)
+    assert run.rc != 0
+    failed = {r["_host"]: r["msg"] for r in run.results(task="Refuse when the engine image is not on this node")
+              if r["_event"] == "runner_on_failed"}
+    assert set(failed) == set(HOSTS), run.stdout[-3000:]
+    assert failed["spark2"].startswith("spark2: the engine image dsv41:not-built is not on this node")
+    assert {name: keys_on(name) for name in HOSTS} == dict.fromkeys(HOSTS, seed), "a refused run moved a cache"
+
+
 def test_disagreeing_caches_are_planned_in_check_mode_then_moved_aside_on_every_rank_together(seed):
     checked = play("autotune.yml", extravars=keep_vars(), check=True, diff=True)
     assert checked.rc == 0, checked.stdout[-3000:]
