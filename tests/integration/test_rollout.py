@@ -83,7 +83,12 @@ def test_packing_is_kept_then_rollback_restores_the_earlier_run(serving_fleet, h
     run, result = rollout(experiment="block_verify")
     assert result["outcome"] in ("reverted", "kept")
 
-    back = run_playbook("rollback.yml", extravars={"run": kept_run})
+    # Rolling back to before pack_engram undoes a host change: refused, changing nothing, until its revert is asked for.
+    refused = run_playbook("rollback.yml", extravars={"run": kept_run})
+    assert refused.rc != 0
+    assert f"-e run={kept_run} -e rollback_revert_host_changes=true" in refused.stdout, refused.stdout[-2000:]
+    assert "Nothing was changed." in refused.stdout
+    back = run_playbook("rollback.yml", extravars={"run": kept_run, "rollback_revert_host_changes": True})
     assert back.rc == 0, back.stdout[-2000:]
     restore = json.loads(Path(ROOT, "runs", kept_run, "restore-point.json").read_text())
     for name, (env, image) in containers(restore).items():
