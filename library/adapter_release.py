@@ -8,15 +8,19 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: adapter_release
-short_description: Build, test, serve, keep and roll back the engine image of an adapter bundle on one node
+short_description: Prepare, record, serve, keep and roll back the engine image of an adapter bundle on one node
 description:
-  - O(state=built) makes the build context hold exactly the bundle of O(manifest) (files from O(archive) are written
-    where they differ, mode 0644; files under the directories the bundle owns, C(adapter/) and C(kernels/), that it
-    does not list are removed; the manifest goes beside the Dockerfile), then builds
-    C(<image_repo>:bundle-<12 hex of the bundle hash>) and runs the in-image test (C(docker run --rm --network none
-    --entrypoint <test_argv[0]> <tag> <test_argv[1:]>)). Nothing is built when that tag already holds a tested
-    image of the same bundle, base image and Dockerfile. A failed build or test puts the tag back where it was
-    and fails; the serving tag is never touched.
+  - O(state=prepared) makes the build context hold exactly the bundle of O(manifest) (files from O(archive) are
+    written where they differ, mode 0644; files under the directories the bundle owns, C(adapter/) and C(kernels/),
+    that it does not list are removed; the manifest goes beside the Dockerfile) and decides whether the release
+    image C(<image_repo>:bundle-<12 hex of the bundle hash>) must be built (C(build), C(build_reasons)), which it is not when that
+    tag already holds a tested image of the same bundle, base image and Dockerfile. It builds nothing; the role
+    builds C(candidate) with M(community.docker.docker_image), runs the in-image test with
+    M(community.docker.docker_container) and moves the release tag to the candidate with
+    M(community.docker.docker_image_tag) only after a pass.
+  - O(state=tested) takes the in-image test's result (O(test_status), O(test_output)) of the candidate's image
+    O(image_id). A pass records the release in C(<state_dir>/releases.json); anything else fails naming O(node) and
+    the failing test (the release and serving tags were not moved, so nothing is put back).
   - O(state=serving) points O(serving_image) (the tag the engine runs, C(fleet_image)) at the release O(release)
     names, records it in C(<state_dir>/releases.json), and keeps the O(keep_releases) releases most recently put
     into service (always the serving one and the one it replaced); older release tags are removed. An image that
@@ -29,9 +33,9 @@ version_added: "1.0.0"
 author: sparkfleet contributors (!UNKNOWN)
 options:
   state:
-    description: built, serving or query.
+    description: prepared, tested, serving or query.
     type: str
-    choices: [built, serving, query]
+    choices: [prepared, tested, serving, query]
     default: query
   image_repo:
     description: Repository of the release tags.
@@ -47,23 +51,23 @@ options:
     default: /var/lib/sparkfleet/adapters
   context:
     description: >-
-      The build context (the recipe checkout): required for O(state=built); with O(state=query) the result's
+      The build context (the recipe checkout): required for O(state=prepared); with O(state=query) the result's
       C(context) says whether its Dockerfile and base image are there.
     type: path
   manifest:
-    description: The bundle manifest (the C(manifest) result of M(adapter_bundle)) for O(state=built).
+    description: The bundle manifest (the C(manifest) result of M(adapter_bundle)) for O(state=prepared).
     type: dict
   archive:
     description: >-
-      (built) The bundle archive on this node (M(adapter_bundle)'s C(archive), copied here); its files are checked
+      (prepared) The bundle archive on this node (M(adapter_bundle)'s C(archive), copied here); its files are checked
       against O(manifest) and written into O(context) where they differ.
     type: path
   owner:
-    description: (built) User that owns the files written into O(context) (its primary group too).
+    description: (prepared) User that owns the files written into O(context) (its primary group too).
     type: str
   preview:
     description: >-
-      (built, check mode) Bundle path to text (M(adapter_bundle)'s C(preview)): content for the diff when the archive
+      (prepared, check mode) Bundle path to text (M(adapter_bundle)'s C(preview)): content for the diff when the archive
       is not on the node yet (a check run does not copy it). Ignored outside check mode.
     type: dict
   dockerfile:
@@ -74,19 +78,27 @@ options:
     description: The base image; empty means the Dockerfile's first FROM.
     type: str
     default: ""
-  test_argv:
-    description: The in-image test, run as the container's entrypoint and arguments.
-    type: list
-    elements: str
-    default: [python3, /opt/dsv41/adapter_selftest.py]
-  test_timeout_s:
-    description: Seconds the in-image test may take.
+  prepared:
+    description: (tested) What O(state=prepared) returned on this node for the bundle.
+    type: dict
+  image_id:
+    description: (tested) The id of the candidate image the test ran (M(community.docker.docker_image)'s C(image.Id)).
+    type: str
+  test_status:
+    description: (tested) The in-image test's exit status (M(community.docker.docker_container)'s C(status)); null when it did not run.
     type: int
-    default: 600
-  build_timeout_s:
-    description: Seconds the build may take.
-    type: int
-    default: 3600
+  test_output:
+    description: (tested) The in-image test's output.
+    type: str
+    default: ""
+  node:
+    description: (tested) How a failure names this node, e.g. C(rank 1 (spark2)).
+    type: str
+    default: this node
+  evidence:
+    description: (tested) Where the test output is kept (named in a failure).
+    type: str
+    default: ""
   release:
     description: >-
       The release to serve (O(state=serving)) or resolve (O(state=query)): C(current), C(previous) (the one that
@@ -127,20 +139,33 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Reads the context, tags and record, and reports what would be removed, built, tagged or pruned.
+    description: Reads the context, tags and record, and reports what would be written, removed, recorded, tagged or pruned.
   diff_mode:
     support: full
     description: >-
-      O(state=built) shows every context file it writes or removes (text content, or size and sha256);
+      O(state=prepared) shows every context file it writes or removes (text content, or size and sha256);
       O(state=serving) shows the serving tag's release and the kept releases before and after.
 """
 
 EXAMPLES = r"""
-- name: Build and test the bundle's image (the bundle files are already in the context)
+- name: Write the bundle into the build context and decide whether to build
   adapter_release:
-    state: built
+    state: prepared
     context: /home/mia/dsv41-3x-spark
     manifest: "{{ bundle.manifest }}"
+    archive: /var/lib/sparkfleet/adapters/bundles/bundle-3f9a0c1d2e4b.tar
+    image_repo: dsv41-3x-spark
+    serving_image: dsv41-3x-spark:local
+  register: prepared
+
+- name: Record the tested release (or fail naming the failing test)
+  adapter_release:
+    state: tested
+    prepared: "{{ prepared }}"
+    image_id: "{{ built.image.Id }}"
+    test_status: "{{ selftest.status }}"
+    test_output: "{{ selftest.container.Output }}"
+    node: rank 1 (spark2)
     image_repo: dsv41-3x-spark
     serving_image: dsv41-3x-spark:local
 
@@ -163,58 +188,74 @@ EXAMPLES = r"""
 
 RETURN = r"""
 tag:
-  description: (built) The release tag of the bundle.
-  returned: state=built
+  description: (prepared, tested) The release tag of the bundle.
+  returned: state=prepared or state=tested
   type: str
   sample: dsv41-3x-spark:bundle-3f9a0c1d2e4b
 bundle:
   description: The bundle hash of the built or served release (empty for an adopted image).
-  returned: state=built or state=serving
+  returned: state=prepared, state=tested or state=serving
   type: str
   sample: 3f9a0c1d2e4b5a6978877665544332211ffeeddccbbaa99887766554433221100
 image_id:
-  description: The image id (digest) of the built or served release.
-  returned: state=built or state=serving
+  description: The image id (digest) of the release tag now (prepared), of the tested image, or of the served release.
+  returned: state=prepared, state=tested or state=serving
   type: str
   sample: sha256:0d6f...
+candidate:
+  description: (prepared, tested) The tag the new image is built to (C(<image_repo>:candidate-<12 hex>)).
+  returned: state=prepared or state=tested
+  type: str
+  sample: dsv41-3x-spark:candidate-3f9a0c1d2e4b
+candidate_name:
+  description: (prepared) The candidate's repository (the O(image_repo)).
+  returned: state=prepared
+  type: str
+candidate_tag:
+  description: (prepared) The candidate's tag (C(candidate-<12 hex>)).
+  returned: state=prepared
+  type: str
 base_image:
-  description: (built) The base image and its id.
-  returned: state=built
+  description: (prepared) The base image.
+  returned: state=prepared
   type: str
   sample: lmsysorg/sglang:dev-dsv41
 base_id:
-  description: (built) The base image's id.
-  returned: state=built
+  description: (prepared) The base image's id.
+  returned: state=prepared
   type: str
   sample: sha256:77aa...
+dockerfile_sha256:
+  description: (prepared) The Dockerfile's sha256.
+  returned: state=prepared
+  type: str
+files:
+  description: (prepared) Files in the bundle.
+  returned: state=prepared
+  type: int
+build:
+  description: (prepared) Whether the image must be built (build_reasons is not empty).
+  returned: state=prepared
+  type: bool
 build_reasons:
-  description: (built) Why the image is (or would be) built; empty when the tagged, tested image is current.
-  returned: state=built
+  description: (prepared) Why the image must be built; empty when the tagged, tested image is current.
+  returned: state=prepared
   type: list
   elements: str
   sample: [no image is tagged dsv41-3x-spark:bundle-3f9a0c1d2e4b]
-built:
-  description: (built) Whether an image was built.
-  returned: state=built
-  type: bool
 tested:
-  description: (built) Whether the in-image test ran and passed.
-  returned: state=built
+  description: (tested) The test passed and the release is recorded.
+  returned: state=tested
   type: bool
-test_output:
-  description: (built) The in-image test's output (also on a failed test).
-  returned: state=built
-  type: str
-  sample: "ok   manifest: bundle 3f9a0c1d2e4b, 10 files\n...\nselftest: passed (bundle 3f9a0c1d2e4b)"
 written:
-  description: (built) Context files written because they differed (in check mode, to write).
-  returned: state=built
+  description: (prepared) Context files written because they differed (in check mode, to write).
+  returned: state=prepared
   type: list
   elements: str
   sample: [adapter/sitecustomize.py, sparkfleet-bundle.json]
 removed:
-  description: (built) Files removed from the directories the bundle owns in the context (in check mode, to remove).
-  returned: state=built
+  description: (prepared) Files removed from the directories the bundle owns in the context (in check mode, to remove).
+  returned: state=prepared
   type: list
   elements: str
   sample: [adapter/old_adapter.py]
@@ -299,13 +340,13 @@ import pwd
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.adapter_bundle import BundleError
 from ansible.module_utils.adapter_release import (
-    BuildRequest, Docker, ReleaseError, ServeRequest, build, context_view, query, serve, subprocess_runner)
+    BuildRequest, Docker, ReleaseError, ServeRequest, context_view, prepare, query, serve, subprocess_runner, tested)
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
-            state=dict(type="str", choices=["built", "serving", "query"], default="query"),
+            state=dict(type="str", choices=["prepared", "tested", "serving", "query"], default="query"),
             image_repo=dict(type="str", required=True),
             serving_image=dict(type="str", required=True),
             state_dir=dict(type="path", default="/var/lib/sparkfleet/adapters"),
@@ -316,9 +357,12 @@ def main() -> None:
             preview=dict(type="dict"),
             dockerfile=dict(type="str", default="Dockerfile"),
             base_image=dict(type="str", default=""),
-            test_argv=dict(type="list", elements="str", default=["python3", "/opt/dsv41/adapter_selftest.py"]),
-            test_timeout_s=dict(type="int", default=600),
-            build_timeout_s=dict(type="int", default=3600),
+            prepared=dict(type="dict"),
+            image_id=dict(type="str"),
+            test_status=dict(type="int"),
+            test_output=dict(type="str", default=""),
+            node=dict(type="str", default="this node"),
+            evidence=dict(type="str", default=""),
             release=dict(type="str", default=""),
             action=dict(type="str", choices=["deploy", "rollback", "restore"], default="deploy"),
             keep_releases=dict(type="int", default=3),
@@ -327,16 +371,14 @@ def main() -> None:
             image_manifest=dict(type="str", default="/opt/dsv41/sparkfleet-bundle.json"),
             dockerfile_lines=dict(type="list", elements="str", default=[]),
         ),
-        required_if=[("state", "built", ("context", "manifest")), ("state", "serving", ("release",)),
-                     ("state", "query", ("containers",))],
+        required_if=[("state", "prepared", ("context", "manifest")), ("state", "tested", ("prepared",)),
+                     ("state", "serving", ("release",)), ("state", "query", ("containers",))],
         supports_check_mode=True,
     )
     p = module.params
     docker = Docker(subprocess_runner)
     try:
-        if p["state"] == "built":
-            if not p["test_argv"]:
-                module.fail_json(msg="test_argv is empty: give the in-image test's command")
+        if p["state"] == "prepared":
             owner = None
             if p["owner"]:
                 try:
@@ -344,14 +386,16 @@ def main() -> None:
                 except KeyError:
                     module.fail_json(msg=f"owner {p['owner']} is not a user on this node")
                 owner = (pw.pw_uid, pw.pw_gid)
-            result = build(BuildRequest(
+            result = prepare(BuildRequest(
                 context=p["context"], manifest=p["manifest"], image_repo=p["image_repo"], state_dir=p["state_dir"],
                 serving_image=p["serving_image"], dockerfile=p["dockerfile"], base_image=p["base_image"],
-                test_argv=p["test_argv"], test_timeout_s=p["test_timeout_s"], build_timeout_s=p["build_timeout_s"],
                 archive=p["archive"] or "", owner=owner,
                 preview=p["preview"] if module.check_mode else None), docker, module.check_mode)
             if not module._diff:
                 result.pop("diff", None)
+        elif p["state"] == "tested":
+            result = tested(p["state_dir"], p["serving_image"], p["prepared"], p["image_id"], p["test_status"],
+                            p["test_output"], p["node"], p["evidence"], module.check_mode)
         elif p["state"] == "serving":
             result = serve(ServeRequest(
                 image_repo=p["image_repo"], serving_image=p["serving_image"], state_dir=p["state_dir"],

@@ -1,8 +1,12 @@
 """Adapter releases on one node: the engine image built from a bundle, tested inside itself, tagged by its
 bundle hash, put into service by moving the serving tag, and kept (the last N) for rollback.
 
-Plain Python, standard library only (nodes have a bare Debian python3). The docker CLI is the only
-interface (the testbed's stand-in answers the same calls). The node's record of releases lives in
+Plain Python, standard library only (nodes have a bare Debian python3). The build, the in-image test and the move
+of the release tag are community.docker's (roles/adapters/tasks/build.yml: ``docker_image`` builds
+``<repo>:candidate-<hash12>``, ``docker_container`` runs the test, ``docker_image_tag`` moves the release tag to the
+candidate only after a pass); here are the decisions around them (``prepare``: the context and whether to build;
+``tested``: the verdict and the record) and the reads, serving tag moves and pruning, through the docker CLI
+(docs/engine.md says why). The node's record of releases lives in
 ``<state_dir>/releases.json``::
 
     {"format": 1, "serving_image": "dsv41-3x-spark:local",
@@ -61,6 +65,11 @@ def now_iso() -> str:
 
 def bundle_tag(repo: str, bundle: str) -> str:
     return f"{repo}:bundle-{bundle[:SHORT]}"
+
+
+def candidate_tag(repo: str, bundle: str) -> str:
+    """The tag a bundle's new image is built to; it becomes the release only after its in-image test passed."""
+    return f"{repo}:candidate-{bundle[:SHORT]}"
 
 
 def adopted_tag(repo: str, image_id: str) -> str:
@@ -234,17 +243,38 @@ class BuildRequest:
     serving_image: str
     dockerfile: str = "Dockerfile"
     base_image: str = ""
-    test_argv: List[str] = field(default_factory=lambda: ["python3", "/opt/dsv41/adapter_selftest.py"])
-    test_timeout_s: float = 600
-    build_timeout_s: float = 3600
     archive: str = ""                       # the bundle archive on this node (adapter_bundle's archive, copied)
     owner: Optional[Tuple[int, int]] = None  # uid, gid of the files written into the context
     preview: Optional[Dict[str, str]] = None  # check mode without the archive: text content for the diff
 
 
-def build(req: BuildRequest, docker: Docker, check_mode: bool) -> dict:
-    """Make the context hold exactly the bundle, then build and test its image unless a tested image of the
-    same bundle, base image and Dockerfile is already tagged. A failed build or test restores the tag."""
+def build_reasons(rel: Optional[dict], tag: str, tag_id: Optional[str], bundle: str, base_image: str,
+                  base_id: str, dockerfile: str, dockerfile_sha: str) -> List[str]:
+    """Why the release image of a bundle must be built (empty: the tagged, tested image is current). ``rel``: the
+    node's record of the release tag (None when not recorded); ``tag_id``: the image the tag points at now."""
+    if tag_id is None:
+        return [f"no image is tagged {tag}"]
+    if rel is None:
+        return [f"{tag} is not a recorded, tested release"]
+    reasons = []
+    if rel.get("image_id") != tag_id:
+        reasons.append(f"{tag} points at {tag_id[:19]}, not the tested {str(rel.get('image_id'))[:19]}")
+    if rel.get("bundle") != bundle:
+        reasons.append(f"{tag} holds bundle {rel.get('bundle')}")
+    if rel.get("base_id") != base_id:
+        reasons.append(f"the base image {base_image} changed ({str(rel.get('base_id'))[:19]} -> {base_id[:19]})")
+    if rel.get("dockerfile_sha256") != dockerfile_sha:
+        reasons.append(f"{dockerfile} changed")
+    if not rel.get("tested_at"):
+        reasons.append("the image was never tested")
+    return reasons
+
+
+def prepare(req: BuildRequest, docker: Docker, check_mode: bool) -> dict:
+    """Make the context hold exactly the bundle and decide whether its image must be built: not when a tested
+    image of the same bundle, base image and Dockerfile holds the release tag. Builds nothing: the build
+    (community.docker.docker_image to the candidate tag), the in-image test (docker_container) and the tag
+    (docker_image_tag, candidate -> release tag) are the role's tasks; ``tested`` records the result."""
     manifest = parse_manifest(req.manifest)
     bundle = manifest["bundle"]
     tag = bundle_tag(req.image_repo, bundle)
@@ -266,65 +296,59 @@ def build(req: BuildRequest, docker: Docker, check_mode: bool) -> dict:
     contents = read_archive(req.archive, manifest) if have_archive else None
     sync = sync_context(req.context, manifest, contents, req.owner, check_mode, req.preview)
     record = load_record(req.state_dir, req.serving_image)
-    rel = record["releases"].get(tag)
     tag_id = docker.image_id(tag)
-    reasons = []
-    if tag_id is None:
-        reasons.append(f"no image is tagged {tag}")
-    elif rel is None:
-        reasons.append(f"{tag} is not a recorded, tested release")
-    else:
-        if rel.get("image_id") != tag_id:
-            reasons.append(f"{tag} points at {tag_id[:19]}, not the tested {str(rel.get('image_id'))[:19]}")
-        if rel.get("bundle") != bundle:
-            reasons.append(f"{tag} holds bundle {rel.get('bundle')}")
-        if rel.get("base_id") != base_id:
-            reasons.append(f"the base image {base_image} changed ({str(rel.get('base_id'))[:19]} -> {base_id[:19]})")
-        if rel.get("dockerfile_sha256") != dockerfile_sha:
-            reasons.append(f"{req.dockerfile} changed")
-        if not rel.get("tested_at"):
-            reasons.append("the image was never tested")
-    result = {"tag": tag, "bundle": bundle, "base_image": base_image, "base_id": base_id,
-              "image_id": tag_id, "build_reasons": reasons, "built": False, "tested": False, "test_output": "",
-              "written": sync["written"], "removed": sync["removed"]}
-    changed = bool(sync["written"] or sync["removed"] or reasons)
+    reasons = build_reasons(record["releases"].get(tag), tag, tag_id, bundle, base_image, base_id, req.dockerfile,
+                            dockerfile_sha)
+    candidate = candidate_tag(req.image_repo, bundle)
+    result = {"tag": tag, "candidate": candidate, "candidate_name": candidate.rsplit(":", 1)[0],
+              "candidate_tag": candidate.rsplit(":", 1)[1], "bundle": bundle, "base_image": base_image,
+              "base_id": base_id, "dockerfile_sha256": dockerfile_sha, "image_id": tag_id,
+              "build": bool(reasons), "build_reasons": reasons, "files": len(manifest["files"]),
+              "written": sync["written"], "removed": sync["removed"],
+              "changed": bool(sync["written"] or sync["removed"])}
     if sync["written"] or sync["removed"]:
         result["diff"] = sync["diff"]
-    if check_mode or not reasons:
-        result["changed"] = changed
-        return result
-    # Build, then test the new image; anything but a pass puts the tag back where it was.
-    rc, out, err = docker.call("build", "-t", tag, "-f", dockerfile, req.context, timeout=req.build_timeout_s)
-    if rc != 0:
-        _restore_tag(docker, tag, tag_id)
-        raise ReleaseError(f"docker build of {tag} failed (rc={rc}); the serving image is unchanged: "
-                           f"{tail(err or out, 12)}", build_output=tail(out + err, 200))
-    new_id = docker.image_id(tag)
-    result.update(built=True, image_id=new_id, build_output=tail(out + err, 40))
-    argv = req.test_argv
-    rc, out, err = docker.call("run", "--rm", "--network", "none", "--entrypoint", argv[0], tag, *argv[1:],
-                               timeout=req.test_timeout_s)
-    result["test_output"] = (out + err).rstrip()
-    result["test_rc"] = rc
-    if rc != 0:
-        _restore_tag(docker, tag, tag_id)
-        raise ReleaseError(
-            f"the in-image test of {tag} ({new_id[:19]}) failed (exit {rc}); the tag was put back and the serving "
-            f"image is unchanged. Test output: {tail(out + err, 12)}", **result)
-    result["tested"] = True
-    record["releases"][tag] = {"tag": tag, "bundle": bundle, "image_id": new_id, "base_image": base_image,
-                               "base_id": base_id, "dockerfile_sha256": dockerfile_sha, "built_at": now_iso(),
-                               "tested_at": now_iso(), "adopted": False, "files": len(manifest["files"])}
-    save_record(req.state_dir, record)
-    result["changed"] = True
     return result
 
 
-def _restore_tag(docker: Docker, tag: str, old_id: Optional[str]) -> None:
-    if old_id:
-        docker.call("tag", old_id, tag)
-    else:
-        docker.call("rmi", tag)
+def failing_lines(output: str, lines: int = 12) -> str:
+    """The lines of a test's output that name what failed (``FAIL ...``), else its last lines."""
+    failed = [line.strip() for line in (output or "").splitlines() if line.lstrip().startswith("FAIL")]
+    return "; ".join(failed[:lines]) if failed else tail(output or "(no output)", lines)
+
+
+def tested(state_dir: str, serving_image: str, prepared: dict, image_id: Optional[str], test_status: Optional[int],
+           test_output: str, node: str, evidence: str = "", check_mode: bool = False) -> dict:
+    """The in-image test's verdict on a new image (``prepared``: what ``prepare`` returned). A pass records the
+    release (its tag, which the role has just moved to the candidate's image); anything else fails naming the
+    node and the failing test. Nothing is put back: the release tag and the serving tag only ever move after a
+    pass, so a failure leaves both where they were."""
+    tag, candidate = prepared["tag"], prepared["candidate"]
+    if test_status != 0:
+        where = f" (output: {evidence})" if evidence else ""
+        raise ReleaseError(
+            f"{node}: the in-image test of {candidate} ({str(image_id)[:19]}) failed "
+            f"({'exit ' + str(test_status) if test_status is not None else 'it did not run'}): "
+            f"{failing_lines(test_output)}. {tag} and the serving tag were not moved: this node stays on its "
+            f"previous image{where}", tag=tag, candidate=candidate, test_status=test_status, test_output=test_output)
+    if not image_id:
+        raise ReleaseError(f"{node}: no image id for the tested {candidate}", candidate=candidate)
+    record = load_record(state_dir, serving_image)
+    before = record_text(record)
+    now = now_iso()
+    old = record["releases"].get(tag) or {}
+    entry = {"tag": tag, "bundle": prepared["bundle"], "image_id": image_id, "base_image": prepared["base_image"],
+             "base_id": prepared["base_id"], "dockerfile_sha256": prepared["dockerfile_sha256"],
+             "built_at": now, "tested_at": now, "adopted": False, "files": prepared.get("files")}
+    same = {k: v for k, v in old.items() if k not in ("built_at", "tested_at")} == \
+        {k: v for k, v in entry.items() if k not in ("built_at", "tested_at")} and old.get("tested_at")
+    if not same:
+        record["releases"][tag] = entry
+    changed = record_text(record) != before
+    if changed and not check_mode:
+        save_record(state_dir, record)
+    return {"tag": tag, "candidate": candidate, "bundle": prepared["bundle"], "image_id": image_id,
+            "tested": True, "changed": changed}
 
 
 # ---------------------------------------------------------------- serving and pruning

@@ -146,10 +146,16 @@ def test_deploy_change_failing_test_and_rollback(fresh_testbed, host, sources, t
     assert "skip import kernels: torch is not installed" in (logs / "spark1-selftest.log").read_text()
     assert len(list(Path(first.run_dir, "boot-logs").glob("*.log"))) >= 3
 
-    # 2. The same bundle again: nothing is built, moved or restarted, and no change is reported.
+    # The release tag moved to the tested candidate (community.docker), whose own tag is gone.
+    assert {r["_host"] for r in first.results(task="Build the candidate image") if r.get("changed")} == set(HOSTS)
+    assert all(image_id(host(n), f"dsv41-3x-spark:candidate-{bundle_a[:12]}") is None for n in HOSTS)
+
+    # 2. The same bundle again: nothing is built, tested, moved or restarted, and no change is reported.
     again = run_playbook("adapters.yml", extravars=extravars(adapter, kernels))
     assert again.rc == 0 and again.changed() == [], again.changed()
-    assert all(r["built"] is False for r in again.results(task="run its in-image test"))
+    assert all(r["build"] is False for r in again.results(task="decide whether to build"))
+    assert all(r.get("skipped") for r in again.results(task="Build the candidate image")), "no build at all"
+    assert not [r for r in again.results(task="Run the in-image test") if not r.get("skipped")]
     assert views() == after_a
 
     # 3. One adapter file changes: --check reports the rebuild and changes nothing ...
@@ -160,30 +166,38 @@ def test_deploy_change_failing_test_and_rollback(fresh_testbed, host, sources, t
     before = {name: node_state(host(name), name) for name in HOSTS}
     check = run_playbook("adapters.yml", extravars=extravars(adapter, kernels), check=True, diff=True)
     assert check.rc == 0, check.stdout[-3000:]
-    assert {h for h, t in check.changed() if "run its in-image test" in t} == set(HOSTS)
+    assert {h for h, t in check.changed() if "Build the candidate image" in t} == set(HOSTS)
     assert "# TP3: four local groups (sparkfleet test)" in check.stdout
     assert {name: node_state(host(name), name) for name in HOSTS} == before and views() == after_a
 
     # ... and the deploy rebuilds it on every node; all ranks report the same new bundle hash.
     second = run_playbook("adapters.yml", extravars=extravars(adapter, kernels))
     assert second.rc == 0, second.stdout[-3000:]
-    assert {r["_host"] for r in second.results(task="run its in-image test") if r.get("built")} == set(HOSTS)
+    assert {r["_host"] for r in second.results(task="Build the candidate image") if r.get("changed")} == set(HOSTS)
+    assert {r["_host"] for r in second.results(task="Run the in-image test") if r.get("status") == 0} == set(HOSTS)
     image_b = ids(f"dsv41-3x-spark:bundle-{bundle_b[:12]}")
     after_b = views()
     assert all(image_b[n] != image_a[n] for n in HOSTS)
     assert after_b == on(image_b, bundle_b), after_b
 
-    # 4. An adapter that raises on import fails the in-image test: every node stays on its previous image.
+    # 4. An adapter that raises on import fails the in-image test: every node stays on its previous image, by
+    # construction (no tag moved before a pass, nothing put back), the output kept as evidence, the failure naming
+    # the rank, the host and the failing test.
     (adapter / "broken.py").write_text('raise RuntimeError("broken on purpose")\n')
     bundle_c = bundle_hash(adapter, kernels)
     failing = run_playbook("adapters.yml", extravars=extravars(adapter, kernels))
     assert failing.rc != 0
-    assert "in-image test of dsv41-3x-spark:bundle-" in failing.stdout
+    assert "rank 0 (spark1): the in-image test of dsv41-3x-spark:candidate-" in failing.stdout
+    assert "FAIL import adapter broken: RuntimeError: broken on purpose" in failing.stdout
     assert "FAIL import adapter broken: RuntimeError: broken on purpose" in \
         Path(failing.run_dir, "adapters", "spark1-selftest.log").read_text()
+    assert not failing.results(task="Move the release tag to the tested candidate") or all(
+        r.get("skipped") for r in failing.results(task="Move the release tag to the tested candidate"))
     assert not failing.results(task="Point the serving tag at the release")
     assert views() == after_b
     assert all(image_id(host(n), f"dsv41-3x-spark:bundle-{bundle_c[:12]}") is None for n in HOSTS)
+    # The failed candidate stays for inspection; the release record does not know it.
+    assert all(image_id(host(n), f"dsv41-3x-spark:candidate-{bundle_c[:12]}") for n in HOSTS)
 
     # 5. Rollback to the release before the last deploy: every rank is back on bundle A's tag and image.
     (adapter / "broken.py").unlink()

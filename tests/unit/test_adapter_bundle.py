@@ -254,7 +254,7 @@ def test_sync_writes_the_bundle_removes_strays_and_then_changes_nothing(sources,
 # ---------------------------------------------------------------- releases on a node (fake docker)
 
 class FakeDocker:
-    """The docker CLI calls adapter_release makes, in memory. A build's image id is the hash of the base id and
+    """The docker CLI calls adapter_release makes (and the build community.docker makes, for the tests), in memory. A build's image id is the hash of the base id and
     the context's files (a deterministic stand-in for a real build, whose id also changes with the context)."""
 
     BASE = "lmsysorg/sglang:dev-dsv41"
@@ -262,7 +262,6 @@ class FakeDocker:
     def __init__(self):
         self.tags = {self.BASE: "sha256:" + "b" * 64, "dsv41-3x-spark:local": "sha256:" + "5" * 64}
         self.calls: list = []
-        self.test_rc, self.test_output = 0, "selftest: passed"
         self.containers: dict = {}
         self.manifests: dict = {}
 
@@ -288,8 +287,6 @@ class FakeDocker:
                     digest.update(str(path.relative_to(context)).encode() + path.read_bytes())
             self.tags[tag] = "sha256:" + digest.hexdigest()
             return 0, "Successfully built\n", ""
-        if verb == "run":
-            return self.test_rc, self.test_output, ""
         if verb == "tag":
             self.tags[args[2]] = self.resolve(args[1])
             return 0, "", ""
@@ -326,11 +323,27 @@ def node(sources, tmp_path):
             archive = ab.write_archive(b, str(state / "bundles"))["path"]
             return b, archive
 
-        def build(self, check_mode=False, **kw):
+        def prepare(self, check_mode=False, **kw):
             b, archive = self.bundle()
             req = ar.BuildRequest(context=str(ctx), manifest=b.manifest(), image_repo="dsv41-3x-spark",
                                   state_dir=str(state), serving_image="dsv41-3x-spark:local", archive=archive, **kw)
-            return ar.build(req, ar.Docker(self.docker), check_mode)
+            return ar.prepare(req, ar.Docker(self.docker), check_mode)
+
+        def build(self, check_mode=False, test_status=0, test_output="selftest: passed", **kw):
+            """What roles/adapters/tasks/build.yml does: prepare; when it says build, community.docker builds the
+            candidate, runs the test, moves the release tag after a pass; then tested records (or fails)."""
+            plan = self.prepare(check_mode, **kw)
+            out = dict(plan, built=False)
+            if not plan["build"] or check_mode:
+                return out
+            self.docker(["docker", "build", "-t", plan["candidate"], "-f", str(ctx / "Dockerfile"), str(ctx)])
+            image_id = self.docker.tags[plan["candidate"]]
+            if test_status == 0:
+                self.docker.tags[plan["tag"]] = image_id
+            rec = ar.tested(str(state), "dsv41-3x-spark:local", plan, image_id, test_status, test_output,
+                            "rank 1 (spark2)", "runs/x/adapters/spark2-selftest.log")
+            self.docker.tags.pop(plan["candidate"])
+            return dict(out, built=True, tested=rec["tested"], image_id=image_id, changed=True)
 
         def serve(self, release, check_mode=False, **kw):
             req = ar.ServeRequest(image_repo="dsv41-3x-spark", serving_image="dsv41-3x-spark:local",
@@ -345,18 +358,29 @@ def node(sources, tmp_path):
     return n
 
 
-def test_build_writes_the_context_builds_tests_and_records_then_does_nothing_again(node):
-    first = node.build()
-    assert first["changed"] and first["built"] and first["tested"]
-    assert first["tag"] == "dsv41-3x-spark:bundle-" + first["bundle"][:12]
-    assert first["build_reasons"] == [f"no image is tagged {first['tag']}"]
+def test_prepare_writes_the_context_and_decides_to_build_then_nothing_once_the_release_is_recorded(node):
+    plan = node.prepare()
+    assert plan["changed"] and plan["build"] and plan["tag"] == "dsv41-3x-spark:bundle-" + plan["bundle"][:12]
+    assert plan["candidate"] == "dsv41-3x-spark:candidate-" + plan["bundle"][:12]
+    assert (plan["candidate_name"], plan["candidate_tag"]) == ("dsv41-3x-spark", "candidate-" + plan["bundle"][:12])
+    assert plan["build_reasons"] == [f"no image is tagged {plan['tag']}"]
+    assert node.docker.builds() == [], "prepare never builds: community.docker.docker_image does"
     assert (node.ctx / ab.MANIFEST_NAME).read_text() == ab.manifest_text(node.bundle()[0].manifest())
+    first = node.build()
+    assert first["built"] and first["tested"]
     rel = node.record()["releases"][first["tag"]]
     assert rel["image_id"] == first["image_id"] and rel["tested_at"] and rel["base_id"] == "sha256:" + "b" * 64
-    assert node.docker.calls[-1][:6] == ["run", "--rm", "--network", "none", "--entrypoint", "python3"]
-    again = node.build()
-    assert not again["changed"] and not again["built"] and again["build_reasons"] == []
+    again = node.prepare()
+    assert not again["changed"] and not again["build"] and again["build_reasons"] == []
+    assert again["image_id"] == first["image_id"]
     assert len(node.docker.builds()) == 1
+
+
+def test_recording_the_same_tested_release_again_changes_nothing(node):
+    first = node.build()
+    plan = dict(node.prepare(), build=True)
+    again = ar.tested(str(node.state), "dsv41-3x-spark:local", plan, first["image_id"], 0, "selftest: passed", "n")
+    assert again["tested"] and not again["changed"]
 
 
 def test_a_new_base_image_or_dockerfile_rebuilds_the_same_bundle(node):
@@ -370,9 +394,19 @@ def test_a_new_base_image_or_dockerfile_rebuilds_the_same_bundle(node):
     assert len(node.docker.builds()) == 3
 
 
+def test_a_release_tag_moved_by_hand_or_never_tested_is_rebuilt():
+    rel = {"image_id": "sha256:" + "1" * 64, "bundle": "b" * 64, "base_id": "sha256:x", "dockerfile_sha256": "d",
+           "tested_at": ""}
+    args = ("repo:bundle-bbbbbbbbbbbb", "sha256:" + "2" * 64, "b" * 64, "base", "sha256:x", "Dockerfile", "d")
+    assert ar.build_reasons(rel, *args) == [
+        "repo:bundle-bbbbbbbbbbbb points at sha256:222222222222, not the tested sha256:111111111111",
+        "the image was never tested"]
+    assert ar.build_reasons(None, *args) == ["repo:bundle-bbbbbbbbbbbb is not a recorded, tested release"]
+
+
 def test_check_mode_builds_nothing_and_says_what_would_change(node):
     out = node.build(check_mode=True)
-    assert out["changed"] and not out["built"] and out["build_reasons"]
+    assert out["changed"] and out["build"] and not out["built"] and out["build_reasons"]
     assert "adapter/wo_a_w8.py" in out["written"] and "== adapter/wo_a_w8.py" in out["diff"]["after"]
     assert node.docker.builds() == [] and not (node.ctx / "adapter").exists() and not (node.state / "releases.json").exists()
 
@@ -383,22 +417,31 @@ def test_check_mode_before_the_archive_reached_the_node_diffs_the_preview(node):
     req = ar.BuildRequest(context=str(node.ctx), manifest=b.manifest(), image_repo="dsv41-3x-spark",
                           state_dir=str(node.state), serving_image="dsv41-3x-spark:local", archive=archive,
                           preview={"adapter/wo_a_w8.py": ADAPTERS["wo_a_w8.py"], "adapter/verify_cap.py": "stale\n"})
-    out = ar.build(req, ar.Docker(node.docker), True)
+    out = ar.prepare(req, ar.Docker(node.docker), True)
     assert "LOCAL_TP3_GROUPS = 4" in out["diff"]["after"]                        # text from the preview
     assert f"(sha256 {sha(ADAPTERS['verify_cap.py'])})" in out["diff"]["after"]  # a preview that does not match
     with pytest.raises(ar.ReleaseError, match="is not on this node; copy it first"):
-        ar.build(req, ar.Docker(node.docker), False)
+        ar.prepare(req, ar.Docker(node.docker), False)
 
 
-def test_a_failing_in_image_test_puts_the_tag_back_and_records_nothing(node):
-    node.docker.test_rc, node.docker.test_output = 1, "FAIL import adapter broken: RuntimeError: boom\n"
+def test_a_failing_in_image_test_moves_no_tag_records_nothing_and_names_the_node_and_the_test(node):
+    first = node.build()
+    with open(node.adapter / "sitecustomize.py", "a") as fh:
+        fh.write("# changed\n")
+    output = "ok   manifest: bundle 0123, 9 files\nFAIL import adapter broken: RuntimeError: boom\nselftest: FAILED\n"
     with pytest.raises(ar.ReleaseError) as err:
-        node.build()
-    assert "in-image test of dsv41-3x-spark:bundle-" in err.value.msg and "failed (exit 1)" in err.value.msg
+        node.build(test_status=1, test_output=output)
+    msg = err.value.msg
+    assert msg.startswith("rank 1 (spark2): the in-image test of dsv41-3x-spark:candidate-") and "failed (exit 1)" in msg
+    assert "FAIL import adapter broken: RuntimeError: boom" in msg and "ok   manifest" not in msg
+    assert "this node stays on its previous image (output: runs/x/adapters/spark2-selftest.log)" in msg
     assert "RuntimeError: boom" in err.value.extra["test_output"]
-    assert not any(t.startswith("dsv41-3x-spark:bundle-") for t in node.docker.tags)
-    assert not (node.state / "releases.json").exists()
+    new_tag = "dsv41-3x-spark:bundle-" + node.prepare()["bundle"][:12]
+    assert new_tag not in node.docker.tags and list(node.record()["releases"]) == [first["tag"]]
     assert node.docker.tags["dsv41-3x-spark:local"] == "sha256:" + "5" * 64
+    with pytest.raises(ar.ReleaseError, match=r"rank 1 \(spark2\): .* failed \(it did not run\): no such image"):
+        ar.tested(str(node.state), "dsv41-3x-spark:local", node.prepare(), None, None, "no such image",
+                  "rank 1 (spark2)")
 
 
 def test_a_context_the_archive_does_not_match_is_refused(node):
@@ -407,7 +450,7 @@ def test_a_context_the_archive_does_not_match_is_refused(node):
     req = ar.BuildRequest(context=str(node.ctx), manifest=b.manifest(), image_repo="dsv41-3x-spark",
                           state_dir=str(node.state), serving_image="dsv41-3x-spark:local", archive=archive)
     with pytest.raises(ab.BundleError, match="the bundle archive cannot be read"):
-        ar.build(req, ar.Docker(node.docker), False)
+        ar.prepare(req, ar.Docker(node.docker), False)
 
 
 def test_serving_adopts_the_old_image_then_rollback_to_previous_is_idempotent(node):
@@ -479,15 +522,27 @@ def test_query_reads_the_running_bundle_inside_the_container(node):
 
 def test_release_module_in_check_mode_and_with_a_diff(node):
     b, archive = node.bundle()
-    args = {"state": "built", "context": str(node.ctx), "manifest": b.manifest(), "archive": archive,
+    args = {"state": "prepared", "context": str(node.ctx), "manifest": b.manifest(), "archive": archive,
             "image_repo": "dsv41-3x-spark", "serving_image": "dsv41-3x-spark:local", "state_dir": str(node.state)}
     with mock.patch.object(release_module, "subprocess_runner", node.docker):
         check = run_module(release_module, args, check_mode=True, diff=True)
         assert not check.failed and check.result["changed"] and "== adapter/wo_a_w8.py" in check.result["diff"]["after"]
-        assert node.docker.builds() == []
-        built = run_module(release_module, args)
-        assert built.result["built"] and "diff" not in built.result
-        serving = {"state": "serving", "release": built.result["tag"], "image_repo": "dsv41-3x-spark",
+        assert not (node.ctx / "adapter").exists()
+        prepared = run_module(release_module, args)
+        assert prepared.result["build"] and "diff" not in prepared.result and node.docker.builds() == []
+        plan = prepared.result
+        node.docker.tags[plan["tag"]] = node.docker.tags[plan["candidate"]] = "sha256:" + "e" * 64
+        tested_args = {"state": "tested", "prepared": plan, "image_id": "sha256:" + "e" * 64, "test_status": 0,
+                       "image_repo": "dsv41-3x-spark", "serving_image": "dsv41-3x-spark:local",
+                       "state_dir": str(node.state)}
+        check = run_module(release_module, tested_args, check_mode=True)
+        assert check.result["changed"] and not (node.state / "releases.json").exists()
+        recorded = run_module(release_module, tested_args)
+        assert recorded.result["changed"] and node.record()["releases"][plan["tag"]]["image_id"] == "sha256:" + "e" * 64
+        assert not run_module(release_module, args).result["build"]
+        failed = run_module(release_module, dict(tested_args, test_status=2, test_output="FAIL x", node="rank 0 (spark1)"))
+        assert failed.failed and failed.result["msg"].startswith("rank 0 (spark1): the in-image test of ")
+        serving = {"state": "serving", "release": plan["tag"], "image_repo": "dsv41-3x-spark",
                    "serving_image": "dsv41-3x-spark:local", "state_dir": str(node.state)}
         moved = run_module(release_module, serving, diff=True)
         assert moved.result["moved"] and "-> dsv41-3x-spark:bundle-" in moved.result["diff"]["after"]
