@@ -92,3 +92,36 @@ def test_a_differing_volume_is_refused_and_left_intact_even_with_the_opt_in_whil
     assert inspect(spark3, CONFLICT)["Options"] == inspect(spark3, "dsv41-weights")["Options"]
     again = play("weights_volume.yml", extravars=dict(extravars, weights_volume_replace=True), limit="spark3")
     assert again.rc == 0 and again.changed() == [], again.stdout[-3000:]
+
+
+def drift_rows(run) -> dict:
+    from pathlib import Path
+
+    items = json.loads(Path(run.run_dir, "drift.json").read_text())["items"]
+    return {(node, r["item"]): r for node, rows in items.items() for r in rows or [] if r["item"].startswith("weights_volume")}
+
+
+def test_drift_reports_a_missing_or_differing_weights_volume_read_only(host, spark3):
+    create = "weights_volume Create (or, opted in, recreate) the weights volume (community.docker)"
+    refuse = "weights_volume Refuse to touch a weights volume that differs (nothing removed)"
+    seed = play("drift.yml", extravars=dict(BASE, drift_roles=["weights_volume"]))
+    assert seed.rc == 0, seed.stdout[-3000:]
+    rows = drift_rows(seed)
+    assert set(rows) == {("spark2", create), ("spark3", create)}, "the head has no weights volume"
+    assert not any(r["drifted"] for r in rows.values()), rows
+
+    # spark3 has a volume of that name with other options; spark2 has none.
+    spark3.check_output(f"docker volume create --driver local --opt type=tmpfs --opt device=tmpfs --opt o=size=1m "
+                        f"{CONFLICT}")
+    before = {n: inspect(host(n), CONFLICT) for n in ("spark2", "spark3")}
+    run = play("drift.yml", extravars=dict(BASE, drift_roles=["weights_volume"], weights_volume_name=CONFLICT,
+                                           drift_fail=True))
+    assert run.rc != 0, "drift_fail fails on the drifted rows"
+    rows = drift_rows(run)
+    missing, differs = rows[("spark2", create)], rows[("spark3", refuse)]
+    assert missing["drifted"] and missing["fix"] == "ansible-playbook playbooks/weights_volume.yml", missing
+    assert differs["drifted"] and differs["actual"].startswith(
+        f"failed: spark3: docker volume {CONFLICT} exists with another driver or options than the inventory's"), differs
+    assert "weights_volume_replace=true" in differs["fix"]
+    assert {n: inspect(host(n), CONFLICT) for n in ("spark2", "spark3")} == before, "drift changed a volume"
+    assert run.changed() == [] or all(h == "localhost" for h, _ in run.changed())

@@ -156,3 +156,70 @@ def test_the_option_by_option_comparison_of_community_docker_is_one_row():
                         changed=True))
     assert stop == [{"item": "engine Stop this rank's engine", "desired": "as the task states",
                      "actual": "would change", "drifted": True}]
+
+
+# The weights volume (roles/weights_volume in drift_roles): its read (docker_volume_info) and decision
+# (module_utils/weights_volume.py, plan) are no rows; the docker_volume task is the row, and a volume that differs
+# fails the role's refusal, a drifted row naming the difference.
+def _volume_records(existing):
+    from ansible.module_utils.weights_volume import plan
+
+    options = {"type": "none", "o": "bind", "device": "/run/testbed/nfs/10.213.11.11/srv/models/DeepSeek-V4.1-Flash"}
+    decided = plan(existing, "dsv41-weights", "local", options, False, None, "spark2")
+    base = {"role": "weights_volume", "planner": False, "delegated": False, "handler": False, "item": None,
+            "diff": None, "result": None, "msg": "", "changed": False, "status": "ok"}
+    records = [dict(base, task="Read the weights volume (community.docker)", action="community.docker.docker_volume_info"),
+               dict(base, task="Decide what to do with the weights volume", action="ansible.builtin.set_fact")]
+    refuse = decided["action"] == "refuse"
+    records.append(dict(base, task="Refuse to touch a weights volume that differs (nothing removed)",
+                        action="ansible.builtin.fail", status="failed" if refuse else "skipped",
+                        msg=decided["msg"] if refuse else ""))
+    records.append(dict(base, task="Create (or, opted in, recreate) the weights volume (community.docker)",
+                        action="community.docker.docker_volume", status="skipped" if refuse else "ok",
+                        changed=decided["action"] == "create",
+                        diff={"before": {}, "after": {"driver": "local", "driver_options": options}}
+                        if decided["action"] == "create" else None))
+    return decided, [r for rec_ in records for r in rows_for(rec_)]
+
+
+def test_the_weights_volume_as_the_inventory_says_is_one_row_without_drift():
+    existing = {"Name": "dsv41-weights", "Driver": "local", "Options": {
+        "type": "none", "o": "bind", "device": "/run/testbed/nfs/10.213.11.11/srv/models/DeepSeek-V4.1-Flash"}}
+    decided, rows = _volume_records(existing)
+    assert decided["action"] == "none"
+    assert rows == [{"item": "weights_volume Create (or, opted in, recreate) the weights volume (community.docker)",
+                     "desired": "as the task states", "actual": "same", "drifted": False}]
+
+
+def test_a_missing_weights_volume_drifts():
+    decided, rows = _volume_records(None)
+    assert decided["action"] == "create"
+    (row,) = rows
+    assert row["drifted"] and "driver=local" in row["desired"] and row["actual"].startswith("driver (absent)")
+
+
+def test_a_weights_volume_with_other_options_drifts_naming_the_difference_with_its_own_fix():
+    existing = {"Name": "dsv41-weights", "Driver": "local", "Options": {"type": "tmpfs", "device": "tmpfs"}}
+    decided, rows = _volume_records(existing)
+    assert decided["action"] == "refuse"
+    (row,) = rows
+    assert row["drifted"] and row["actual"].startswith(
+        "failed: spark2: docker volume dsv41-weights exists with another driver or options than the inventory's (")
+    fixes = {"weights_volume": "ansible-playbook playbooks/weights_volume.yml",
+             row["item"]: "ansible-playbook playbooks/weights_volume.yml --check (names every difference)"}
+    assert fix_for(row["item"], fixes).endswith("--check (names every difference)")
+
+
+def test_drift_yml_has_the_weights_volume_and_a_fix_for_each_of_its_rows():
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    play = next(p for p in yaml.safe_load((root / "playbooks" / "drift.yml").read_text()) if "drift_roles" in (p.get("vars") or {}))
+    roles, fixes = play["vars"]["drift_roles"], play["vars"]["drift_fixes"]
+    assert roles.index("weights_volume") < roles.index("engine")
+    tasks = [t["name"] for t in yaml.safe_load((root / "roles" / "weights_volume" / "tasks" / "main.yml").read_text())[1]["block"]]
+    refuse = next(t for t in tasks if t.startswith("Refuse"))
+    assert "weights_volume_replace=true" in fixes[f"weights_volume {refuse}"]
+    assert fixes["weights_volume"] == "ansible-playbook playbooks/weights_volume.yml"
