@@ -21,11 +21,15 @@ description:
   - O(state=tested) takes the in-image test's result (O(test_status), O(test_output)) of the candidate's image
     O(image_id). A pass records the release in C(<state_dir>/releases.json); anything else fails naming O(node) and
     the failing test (the release and serving tags were not moved, so nothing is put back).
-  - O(state=serving) points O(serving_image) (the tag the engine runs, C(fleet_image)) at the release O(release)
-    names, records it in C(<state_dir>/releases.json), and keeps the O(keep_releases) releases most recently put
-    into service (always the serving one and the one it replaced); older release tags are removed. An image that
-    served before any recorded release is kept as C(<image_repo>:adopted-<12 hex of its id>), so a rollback can
-    return to it.
+  - O(state=serving) works out, read-only, what putting the release O(release) names into service takes on this
+    node - the move of O(serving_image) (the tag the engine runs, C(fleet_image); C(moved)), the tag that keeps the
+    image it pointed at before as C(<image_repo>:adopted-<12 hex of its id>) when that image is not a recorded
+    release (C(adopted)), the release tags to remove to keep the O(keep_releases) releases most recently put into
+    service, always the serving one and the one it replaced (C(remove)), and the record after it all (C(record)).
+    The role moves and removes the tags with M(community.docker.docker_image_tag) and
+    M(community.docker.docker_image_remove). It reports a change only in check mode (the move it would make).
+  - O(state=served) writes O(record) (the C(record) result of O(state=serving)) to C(<state_dir>/releases.json) and
+    removes O(pruned_archives) from C(<state_dir>/bundles), once the tags moved.
   - O(state=query) reads the releases, the serving tag and the named engine containers (their image and the bundle
     hash read from the manifest inside the running container) and can resolve O(release); it changes nothing.
   - Restarting the engine is not this module's job (playbooks/engine.yml).
@@ -121,6 +125,14 @@ options:
       nothing): report that the serving tag would move to it instead of failing because it does not exist yet.
     type: bool
     default: false
+  record:
+    description: (served) The release record to write (the C(record) result of O(state=serving)).
+    type: dict
+  pruned_archives:
+    description: (served) Bundle archive names in C(<state_dir>/bundles) to remove (the C(pruned_archives) result of O(state=serving)).
+    type: list
+    elements: str
+    default: []
   containers:
     description:
       - Engine container names O(state=query) reports on; required with O(state=query), V([]) for none (the
@@ -169,13 +181,22 @@ EXAMPLES = r"""
     image_repo: dsv41-3x-spark
     serving_image: dsv41-3x-spark:local
 
-- name: Serve it
+- name: Work out what serving it takes (then community.docker.docker_image_tag moves the tags)
   adapter_release:
     state: serving
     release: "dsv41-3x-spark:bundle-{{ bundle.bundle_short }}"
     image_repo: dsv41-3x-spark
     serving_image: dsv41-3x-spark:local
     keep_releases: 3
+  register: serving
+
+- name: Record it once the tags moved
+  adapter_release:
+    state: served
+    record: "{{ serving.record }}"
+    pruned_archives: "{{ serving.pruned_archives }}"
+    image_repo: dsv41-3x-spark
+    serving_image: dsv41-3x-spark:local
 
 - name: Roll back to the release that served before the last deploy
   adapter_release:
@@ -265,7 +286,7 @@ release:
   type: str
   sample: dsv41-3x-spark:bundle-3f9a0c1d2e4b
 moved:
-  description: (serving) Whether the serving tag moved (the engine needs a restart to run it).
+  description: (serving) Whether the serving tag moves (the engine needs a restart to run it).
   returned: state=serving
   type: bool
 previous_release:
@@ -281,14 +302,23 @@ adopted:
   description: (serving) The tag given to a serving image that was not a recorded release, if any.
   returned: state=serving
   type: str
+remove:
+  description: (serving) Release tags to remove (beyond keep_releases) that are on this node.
+  returned: state=serving
+  type: list
+  elements: str
+record:
+  description: (serving) The release record once the release serves (for O(state=served)); null in check mode before a build.
+  returned: state=serving
+  type: dict
 pruned:
-  description: (serving) Release tags removed (beyond keep_releases).
+  description: (serving) Release tags dropped from the record (beyond keep_releases).
   returned: state=serving
   type: list
   elements: str
 pruned_archives:
-  description: (serving) Bundle archives removed from C(<state_dir>/bundles) (their release is no longer kept).
-  returned: state=serving
+  description: (serving, served) Bundle archives (to be) removed from C(<state_dir>/bundles) (their release is no longer kept).
+  returned: state=serving or state=served
   type: list
   elements: str
 releases:
@@ -340,13 +370,14 @@ import pwd
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.adapter_bundle import BundleError
 from ansible.module_utils.adapter_release import (
-    BuildRequest, Docker, ReleaseError, ServeRequest, context_view, prepare, query, serve, subprocess_runner, tested)
+    BuildRequest, Docker, ReleaseError, ServeRequest, context_view, prepare, query, record_serving, serve,
+    subprocess_runner, tested)
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
-            state=dict(type="str", choices=["prepared", "tested", "serving", "query"], default="query"),
+            state=dict(type="str", choices=["prepared", "tested", "serving", "served", "query"], default="query"),
             image_repo=dict(type="str", required=True),
             serving_image=dict(type="str", required=True),
             state_dir=dict(type="path", default="/var/lib/sparkfleet/adapters"),
@@ -363,6 +394,8 @@ def main() -> None:
             test_output=dict(type="str", default=""),
             node=dict(type="str", default="this node"),
             evidence=dict(type="str", default=""),
+            record=dict(type="dict"),
+            pruned_archives=dict(type="list", elements="str", default=[]),
             release=dict(type="str", default=""),
             action=dict(type="str", choices=["deploy", "rollback", "restore"], default="deploy"),
             keep_releases=dict(type="int", default=3),
@@ -372,7 +405,8 @@ def main() -> None:
             dockerfile_lines=dict(type="list", elements="str", default=[]),
         ),
         required_if=[("state", "prepared", ("context", "manifest")), ("state", "tested", ("prepared",)),
-                     ("state", "serving", ("release",)), ("state", "query", ("containers",))],
+                     ("state", "serving", ("release",)), ("state", "served", ("record",)),
+                     ("state", "query", ("containers",))],
         supports_check_mode=True,
     )
     p = module.params
@@ -403,6 +437,12 @@ def main() -> None:
                 docker, module.check_mode)
             if not module._diff or not result["changed"]:
                 result.pop("diff", None)
+            # It changes nothing itself: the role's community.docker tasks move the tags, state=served records.
+            # In check mode its changed says whether the serving tag would move (drift.yml's row).
+            result["changed"] = bool(result["changed"]) and module.check_mode
+        elif p["state"] == "served":
+            result = record_serving(p["state_dir"], p["serving_image"], p["record"], p["pruned_archives"],
+                                    module.check_mode)
         else:
             result = query(p["image_repo"], p["serving_image"], p["state_dir"], p["containers"], docker,
                            selector=p["release"], manifest_path=p["image_manifest"])

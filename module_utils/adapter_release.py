@@ -4,9 +4,12 @@ bundle hash, put into service by moving the serving tag, and kept (the last N) f
 Plain Python, standard library only (nodes have a bare Debian python3). The build, the in-image test and the move
 of the release tag are community.docker's (roles/adapters/tasks/build.yml: ``docker_image`` builds
 ``<repo>:candidate-<hash12>``, ``docker_container`` runs the test, ``docker_image_tag`` moves the release tag to the
-candidate only after a pass); here are the decisions around them (``prepare``: the context and whether to build;
-``tested``: the verdict and the record) and the reads, serving tag moves and pruning, through the docker CLI
-(docs/engine.md says why). The node's record of releases lives in
+candidate only after a pass), and so is the serving tag's move (``docker_image_tag``) and the pruning
+(``docker_image_remove``, roles/adapters/tasks/serve.yml). Here are the decisions around them (``prepare``: the
+context and whether to build; ``tested``: the verdict and the record; ``serve``: the move, the adoption, the pruning
+and the record after them; ``record_serving`` writes it) and the reads (``docker image inspect``, ``docker
+container inspect``, ``docker exec <c> cat`` of the manifest: docs/engine.md says why they stay CLI). The node's
+record of releases lives in
 ``<state_dir>/releases.json``::
 
     {"format": 1, "serving_image": "dsv41-3x-spark:local",
@@ -86,13 +89,6 @@ class Docker:
 
     def call(self, *argv: str, timeout: Optional[float] = None) -> Tuple[int, str, str]:
         return self._run(["docker", *argv], timeout)
-
-    def must(self, *argv: str, timeout: Optional[float] = None) -> str:
-        rc, out, err = self.call(*argv, timeout=timeout)
-        if rc != 0:
-            raise ReleaseError(f"docker {' '.join(argv)} failed (rc={rc}): {tail(err or out, 8)}",
-                               rc=rc, stdout=out, stderr=err)
-        return out
 
     def image(self, ref: str) -> Optional[dict]:
         rc, out, err = self.call("image", "inspect", ref)
@@ -364,8 +360,12 @@ class ServeRequest:
     pending: bool = False           # check mode: the release's image would be built by this run first
 
 
-def serve(req: ServeRequest, docker: Docker, check_mode: bool) -> dict:
-    """Point the serving tag at a release (adopting the image it pointed at before), record it, prune."""
+def serve(req: ServeRequest, docker: Docker, check_mode: bool = True) -> dict:
+    """What putting a release into service takes, read-only: the serving tag's move to the release (``moved``),
+    the tag that keeps the image it pointed at before as a release (``adopted``, from ``previous_image_id``), the
+    release tags to remove beyond keep_releases (``remove``), the bundle archives that go with them
+    (``pruned_archives``) and the record after it all (``record``). The role moves and removes the tags with
+    community.docker (docker_image_tag, docker_image_remove), then ``record_serving`` writes the record."""
     record = load_record(req.state_dir, req.serving_image)
     before_text = record_text(record)
     serving_id = docker.image_id(req.serving_image)
@@ -376,7 +376,7 @@ def serve(req: ServeRequest, docker: Docker, check_mode: bool) -> dict:
         return {"serving_image": req.serving_image, "release": req.release, "bundle": "", "image_id": None,
                 "previous_image_id": serving_id, "previous_release": was,
                 "adopted": adopted_tag(req.image_repo, serving_id) if serving_id and not current else None,
-                "moved": True, "pruned": [], "pruned_archives": [], "changed": True,
+                "moved": True, "pruned": [], "pruned_archives": [], "changed": True, "remove": [], "record": None,
                 "releases": [dict(record["releases"][t]) for t in activation_order(record)],
                 "diff": {"before": f"{req.serving_image} -> {was or '(not a recorded release)'} ({serving_id or 'absent'})\n",
                          "after": f"{req.serving_image} -> {req.release} (to be built by this run)\n"}}
@@ -436,14 +436,27 @@ def serve(req: ServeRequest, docker: Docker, check_mode: bool) -> dict:
     result["diff"] = {
         "before": _serving_lines(req.serving_image, serving_id, current["tag"] if current else None, before_text),
         "after": _serving_lines(req.serving_image, target_id, target["tag"], after_text)}
-    if check_mode or not changed:
-        return result
-    for act in actions:
-        docker.must(*act)
-    for name in stale_archives:
-        os.unlink(os.path.join(bundles_dir, name))
-    save_record(req.state_dir, record)
+    result["remove"] = [act[1] for act in actions if act[0] == "rmi"]
+    result["record"] = record
     return result
+
+
+def record_serving(state_dir: str, serving_image: str, record: dict, pruned_archives: List[str],
+                   check_mode: bool) -> dict:
+    """Write the record ``serve`` computed (after the role moved the tags) and remove the pruned bundle archives."""
+    if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
+        raise ReleaseError("record is not a format-1 release record (the serving state's record result)")
+    record = dict(record, serving_image=serving_image)
+    before = load_record(state_dir, serving_image)
+    bundles_dir = os.path.join(state_dir, "bundles")
+    archives = [n for n in pruned_archives if os.path.basename(n) == n and n.endswith(".tar")
+                and os.path.isfile(os.path.join(bundles_dir, n))]
+    changed = record_text(before) != record_text(record) or bool(archives)
+    if changed and not check_mode:
+        for name in archives:
+            os.unlink(os.path.join(bundles_dir, name))
+        save_record(state_dir, record)
+    return {"changed": changed, "pruned_archives": archives}
 
 
 def _serving_lines(serving_image: str, image_id: Optional[str], tag: Optional[str], text: str) -> str:

@@ -346,9 +346,22 @@ def node(sources, tmp_path):
             return dict(out, built=True, tested=rec["tested"], image_id=image_id, changed=True)
 
         def serve(self, release, check_mode=False, **kw):
+            """What roles/adapters/tasks/serve.yml does: the plan, community.docker's tag moves and removals, the
+            record."""
             req = ar.ServeRequest(image_repo="dsv41-3x-spark", serving_image="dsv41-3x-spark:local",
                                   state_dir=str(state), release=release, **kw)
-            return ar.serve(req, ar.Docker(self.docker), check_mode)
+            plan = ar.serve(req, ar.Docker(self.docker), check_mode)
+            if check_mode:
+                return plan
+            if plan["adopted"]:
+                self.docker.tags[plan["adopted"]] = plan["previous_image_id"]
+            if plan["moved"]:
+                self.docker.tags["dsv41-3x-spark:local"] = self.docker.tags[plan["release"]]
+            for tag in plan["remove"]:
+                self.docker.tags.pop(tag)
+            written = ar.record_serving(str(state), "dsv41-3x-spark:local", plan["record"], plan["pruned_archives"],
+                                        False)
+            return dict(plan, changed=plan["changed"], recorded=written["changed"])
 
         def record(self):
             return json.loads((state / "releases.json").read_text())
@@ -544,9 +557,19 @@ def test_release_module_in_check_mode_and_with_a_diff(node):
         assert failed.failed and failed.result["msg"].startswith("rank 0 (spark1): the in-image test of ")
         serving = {"state": "serving", "release": plan["tag"], "image_repo": "dsv41-3x-spark",
                    "serving_image": "dsv41-3x-spark:local", "state_dir": str(node.state)}
+        would = run_module(release_module, serving, check_mode=True, diff=True)
+        assert would.result["changed"] and "-> dsv41-3x-spark:bundle-" in would.result["diff"]["after"]
         moved = run_module(release_module, serving, diff=True)
-        assert moved.result["moved"] and "-> dsv41-3x-spark:bundle-" in moved.result["diff"]["after"]
-        assert not run_module(release_module, serving).result["changed"]
+        assert moved.result["moved"] and not moved.result["changed"], "it moves nothing: community.docker does"
+        assert node.docker.tags["dsv41-3x-spark:local"] == "sha256:" + "5" * 64
+        assert moved.result["adopted"] == "dsv41-3x-spark:adopted-" + "5" * 12
+        served = {"state": "served", "record": moved.result["record"], "image_repo": "dsv41-3x-spark",
+                  "serving_image": "dsv41-3x-spark:local", "state_dir": str(node.state)}
+        assert run_module(release_module, served, check_mode=True).result["changed"]
+        assert "deploy" not in [h["action"] for h in node.record()["history"]]
+        assert run_module(release_module, served).result["changed"]
+        assert [h["action"] for h in node.record()["history"]] == ["adopt", "deploy"]
+        assert not run_module(release_module, served).result["changed"]
         missing = run_module(release_module, dict(serving, release="bundle-0123456789ab"))
         assert missing.failed and "release 'bundle-0123456789ab' is not kept on this node" in missing.result["msg"]
 
