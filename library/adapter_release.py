@@ -37,9 +37,9 @@ version_added: "1.0.0"
 author: sparkfleet contributors (!UNKNOWN)
 options:
   state:
-    description: prepared, tested, serving or query.
+    description: prepared, tested, serving, served or query.
     type: str
-    choices: [prepared, tested, serving, query]
+    choices: [prepared, tested, serving, served, query]
     default: query
   image_repo:
     description: Repository of the release tags.
