@@ -167,6 +167,8 @@ def test_deploy_change_failing_test_and_rollback(fresh_testbed, host, sources, t
     check = run_playbook("adapters.yml", extravars=extravars(adapter, kernels), check=True, diff=True)
     assert check.rc == 0, check.stdout[-3000:]
     assert {h for h, t in check.changed() if "Build the candidate image" in t} == set(HOSTS)
+    # A check run builds nothing, and its record says so (the build is what would happen).
+    assert {r["msg"]["built"] for r in check.results(task="Record: adapters release")} == {False}
     assert "# TP3: four local groups (sparkfleet test)" in check.stdout
     assert {name: node_state(host(name), name) for name in HOSTS} == before and views() == after_a
 
