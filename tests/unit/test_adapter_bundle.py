@@ -287,12 +287,6 @@ class FakeDocker:
                     digest.update(str(path.relative_to(context)).encode() + path.read_bytes())
             self.tags[tag] = "sha256:" + digest.hexdigest()
             return 0, "Successfully built\n", ""
-        if verb == "tag":
-            self.tags[args[2]] = self.resolve(args[1])
-            return 0, "", ""
-        if verb == "rmi":
-            self.tags.pop(args[1], None)
-            return 0, f"Untagged: {args[1]}\n", ""
         if args[:2] == ["container", "inspect"]:
             c = self.containers.get(args[2])
             return (0, json.dumps([c]), "") if c else (1, "[]", f"Error: No such object: {args[2]}")
