@@ -104,7 +104,7 @@ def test_a_three_rung_campaign_keeps_its_winner_and_reports_the_night(serving_fl
     for index, rung in enumerate(state["rungs"][:3]):
         shipped = [ev for ev in rung_events(rung["run_dir"]) if ev.get("event") == "runner_on_ok"
                    and ev["event_data"].get("task") == "Ship the client from the controller"]
-        assert len(shipped) == (len(shipped) and 1 if index == 0 else 0), (rung["id"], len(shipped))
+        assert len(shipped) <= (1 if index == 0 else 0), (rung["id"], len(shipped))
         read = [ev for ev in rung_events(rung["run_dir"]) if ev.get("event") == "runner_on_ok" and ev["event_data"].get(
             "task") == "Read the client this host has (Python version, its files' digests, whether it runs; changes nothing)"]
         assert len(read) == 1, (rung["id"], len(read))

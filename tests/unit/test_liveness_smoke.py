@@ -37,6 +37,7 @@ def test_the_engine_forgets_the_last_liveness_before_each_boot_and_the_rollout_a
     assert forget["ansible.builtin.set_fact"]["_engine_liveness"] == {}
     boot = yaml.safe_load((ROOT / "roles/rollout/tasks/boot.yml").read_text())[0]["block"]
     ask = next(t for t in boot if t["name"].startswith("Ask the head the exact-answer smoke prompt"))
-    assert "liveness_smoke_answer" in str(ask["when"])
+    assert "_rollout_live_smoke is none" in str(ask["when"])
+    assert "liveness_smoke_answer(rollout_smoke_prompt)" in str(yaml.safe_load((ROOT / "roles/rollout/tasks/boot.yml").read_text())[0]["vars"])
     record = next(t for t in boot if t["name"] == "Record this rank's checks")
-    assert "liveness_smoke_answer" in record["ansible.builtin.set_fact"]["_rollout_checks"]
+    assert "_rollout_live_smoke if _rollout_live_smoke is not none" in record["ansible.builtin.set_fact"]["_rollout_checks"]
