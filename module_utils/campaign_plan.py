@@ -285,19 +285,32 @@ def layered(child: dict, parents: list[dict]) -> dict:
 
 def combined(best: dict, others: list[dict], name: str = "campaign-combination") -> dict:
     """The winners other than the best single, laid over it (the best single is the incumbent when this runs:
-    its env is repeated, its ledger is not). Kept only if it beats the best single by the keep rule."""
+    its env is repeated, its ledger is not). Kept only if it beats the best single by the keep rule.
+
+    A winner that was laid over the best single in its own rung (wo_a_drop over wo_a_w8) is counted from the
+    best single: the best single's markers are on before the change (not a negative control), and its ledger
+    is the winner's whole change less the best single's."""
     env: dict = dict((best.get("apply") or {}).get("env") or {})
     for d in others:
         env.update((d.get("apply") or {}).get("env") or {})
     all_docs = [best] + others
     includes = _unique([n for d in all_docs for n in (d.get("includes") or [d["name"]])])
+    best_names = set(best.get("includes") or [best["name"]])
+    best_off = set(best.get("markers_off") or [])
+    best_mib = int(best["memory"]["delta_mib_per_rank"])
+
+    def over_best(d: dict) -> bool:
+        return best_names <= set(d.get("includes") or [d["name"]])
+
     return {"name": name, "stage": max(d["stage"] for d in all_docs),
             "description": "combination of " + ", ".join(includes),
             "apply": {"env": env},
             "prerequisites": [],
             "markers_on": _unique([m for d in all_docs for m in d.get("markers_on") or []]),
-            "markers_off": _unique([m for d in others for m in d.get("markers_off") or []]),
-            "memory": {"delta_mib_per_rank": sum(int(d["memory"]["delta_mib_per_rank"]) for d in others),
+            "markers_off": _unique([m for d in others for m in d.get("markers_off") or []
+                                    if not (over_best(d) and m in best_off)]),
+            "memory": {"delta_mib_per_rank": sum(int(d["memory"]["delta_mib_per_rank"]) - (best_mib if over_best(d) else 0)
+                                                 for d in others),
                        "note": f"the winners over the best single {best['name']}"},
             "exact_outputs": all(bool(d.get("exact_outputs")) for d in all_docs),
             "timing_valid": all(d.get("timing_valid", True) for d in all_docs),

@@ -18,6 +18,7 @@ and 7; docs/simulator.md documents the model):
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -234,11 +235,21 @@ def engram_boot(env: dict, rank: int, tp: int) -> tuple[list[str], bool]:
 
 # ---------------------------------------------------------------- contention (what the GPU feels)
 
+DESKTOP_PID = "/.testbed/desktop.pid"   # the host's /run/testbed/desktop.pid (fake_gdm.py), bound by the GPU hook
+
+
 def desktop_active() -> bool:
+    """fake_gdm.py holds a lock on its pid file while it runs. A lock, not kill(pid, 0): the rank runs in its
+    container's PID namespace, where the host's pid does not exist; the lock goes with the process (SIGKILL too)."""
     try:
-        os.kill(int(open("/.testbed/desktop.pid").read()), 0)
-        return True
-    except (OSError, ValueError):
+        with open(DESKTOP_PID) as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            return False
+    except OSError:
         return False
 
 

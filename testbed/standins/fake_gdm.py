@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """Stand-in for the GNOME display manager: a long-running process that marks the desktop active
-(/run/testbed/desktop.pid) while it runs; the engine simulator counts it as contention."""
+(/run/testbed/desktop.pid, locked) while it runs; the engine simulator counts it as contention."""
+import fcntl
 import os
 import signal
 import sys
 import time
 
-PID_FILE = "/run/testbed/desktop.pid"
+PID_FILE = sys.argv[1] if len(sys.argv) > 1 else "/run/testbed/desktop.pid"   # the argument: for tests
 
 
 def stop(*_):
@@ -19,7 +20,11 @@ def stop(*_):
 
 signal.signal(signal.SIGTERM, stop)
 signal.signal(signal.SIGINT, stop)
-with open(PID_FILE, "w") as fh:
-    fh.write(str(os.getpid()))
+# Held until the process ends (however it ends): the simulator in a container checks the lock, since the
+# container's PID namespace cannot see this pid (testbed/engine/sim.py desktop_active).
+held = open(PID_FILE, "w")
+fcntl.flock(held, fcntl.LOCK_EX)
+held.write(str(os.getpid()))
+held.flush()
 while True:
     time.sleep(3600)

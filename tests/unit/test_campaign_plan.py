@@ -116,3 +116,19 @@ def test_the_combination_lays_the_other_winners_over_the_best_single():
     assert "[verify_cap] armed: conf:0.1" in combo["markers_on"]
     from ansible.module_utils.experiments import validate
     assert validate(combo, "campaign-combination") == []
+
+
+def test_a_winner_laid_over_the_best_single_is_counted_from_the_best_single():
+    """The 6-rung campaign on the real engine (2026-12-04): wo_a_w8 was the best single and wo_a_drop (laid over
+    wo_a_w8 in its own rung) another winner. The combination's negative control expected no `[wo_a_w8]` line
+    before the change, but the incumbent it starts from is wo_a_w8: every rank printed it and the combination
+    failed. Its ledger counted wo_a_drop's whole change from the old incumbent (-688 MiB) and not from wo_a_w8
+    (-1,376: the twins stay, the bf16 copy goes)."""
+    _, catalog = default()
+    drop = layered(catalog["wo_a_drop"], [catalog["wo_a_w8"]])
+    combo = combined(catalog["wo_a_w8"], [drop, catalog["verify_cap_conf01"]])
+    assert "[wo_a_w8]" not in combo["markers_off"], combo["markers_off"]
+    assert "released the bf16 copy" in combo["markers_off"] and "[verify_cap]" in combo["markers_off"]
+    assert combo["memory"]["delta_mib_per_rank"] == -688 - 688
+    assert combo["includes"] == ["wo_a_w8", "wo_a_drop", "verify_cap_conf01"]
+    assert any("fp8 twins" in m for m in combo["markers_on"]) and any("released the bf16" in m for m in combo["markers_on"])
