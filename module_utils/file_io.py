@@ -70,3 +70,30 @@ def sha256_file(path: str, drop_cache: bool = False, follow_symlinks: bool = Tru
         return sha256_fd(fd, drop_cache)
     finally:
         os.close(fd)
+
+
+def write_if_changed(path: str, data: Union[bytes, str], mode: int = 0o644, check: bool = False) -> dict:
+    """``path`` holds ``data`` with ``mode`` afterwards (write_atomic where it does not already): {changed, dest,
+    size, mode}. ``check``: report whether it would change and change nothing. The parent folder must exist (the
+    caller makes it: a missing run folder is an error, not something to create silently)."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"destination folder {directory} does not exist")
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        st = None
+    same = False
+    if st is not None:
+        import stat as _stat
+        if not _stat.S_ISREG(st.st_mode):
+            raise IsADirectoryError(f"{path} exists and is not a regular file")
+        if st.st_size == len(payload):
+            with open(path, "rb") as fh:
+                same = fh.read() == payload
+        if same and _stat.S_IMODE(st.st_mode) != mode:
+            same = False
+    if not same and not check:
+        write_atomic(path, payload, mode=mode)
+    return {"changed": not same, "dest": path, "size": len(payload), "mode": "%04o" % mode}

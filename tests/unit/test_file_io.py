@@ -50,3 +50,31 @@ def test_sha256_file_matches_hashlib_across_blocks(tmp_path):
     path = tmp_path / "blob"
     path.write_bytes(data)
     assert file_io.sha256_file(str(path)) == hashlib.sha256(data).hexdigest()
+
+
+def test_write_if_changed_writes_once_and_then_reports_no_change(tmp_path):
+    target = tmp_path / "bench-incumbent.json"
+    first = file_io.write_if_changed(str(target), '{"a": 1}\n', mode=0o644)
+    assert first == {"changed": True, "dest": str(target), "size": 9, "mode": "0644"}
+    assert target.read_text() == '{"a": 1}\n' and stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert file_io.write_if_changed(str(target), '{"a": 1}\n', mode=0o644)["changed"] is False
+    # the same bytes with another mode is a change (the mode is part of what the task asks for)
+    assert file_io.write_if_changed(str(target), '{"a": 1}\n', mode=0o600)["changed"] is True
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+def test_write_if_changed_in_check_mode_reports_and_writes_nothing(tmp_path):
+    target = tmp_path / "spark1-rank0-dsv41-head.log"
+    assert file_io.write_if_changed(str(target), "ready\n", check=True)["changed"] is True
+    assert not target.exists()
+    target.write_text("old\n")
+    assert file_io.write_if_changed(str(target), "new\n", check=True)["changed"] is True
+    assert target.read_text() == "old\n"
+
+
+def test_write_if_changed_refuses_a_missing_folder_and_a_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        file_io.write_if_changed(str(tmp_path / "no-such-run" / "rollout.json"), "x")
+    (tmp_path / "boot-logs").mkdir()
+    with pytest.raises(IsADirectoryError):
+        file_io.write_if_changed(str(tmp_path / "boot-logs"), "x")

@@ -1,0 +1,52 @@
+"""plugins/action/controller_file.py in a real localhost play: it writes the run folder's files on the controller
+without a module, the same bytes and mode as ansible.builtin.copy, truthfully in check mode and idempotent."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAY = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Write with controller_file
+      controller_file:
+        dest: "{{ dest }}"
+        content: "{{ {'ranks': [0, 1, 2], 'text': 'ready ✓'} | to_nice_json }}"
+        mode: "0640"
+      register: out
+    - name: Show it
+      ansible.builtin.debug:
+        msg: "RESULT {{ out | to_json }}"
+"""
+
+
+def play(tmp_path: Path, dest: Path, *extra: str) -> dict:
+    (tmp_path / "play.yml").write_text(PLAY)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_HOME=str(tmp_path / ".ansible"),
+               SPARKFLEET_RUNS_DIR=str(tmp_path / "runs"), ANSIBLE_NOCOLOR="1", SPARKFLEET_RUN_DIR=str(tmp_path / "run"),
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    (tmp_path / "run").mkdir(exist_ok=True)
+    proc = subprocess.run(["ansible-playbook", "-i", "localhost,", str(tmp_path / "play.yml"), "-e", f"dest={dest}",
+                           "-e", f"ansible_python_interpreter={sys.executable}", *extra],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    line = next(l for l in proc.stdout.splitlines() if "RESULT " in l)
+    return json.loads(line.split("RESULT ", 1)[1].rstrip('"').replace('\\"', '"'))
+
+
+def test_writes_the_file_like_copy_then_changes_nothing_and_check_mode_writes_nothing(tmp_path):
+    dest = tmp_path / "rollout.json"
+    checked = play(tmp_path, dest, "--check")
+    assert checked["changed"] is True and not dest.exists(), "check mode reports the change and writes nothing"
+    first = play(tmp_path, dest)
+    assert first["changed"] is True
+    assert json.loads(dest.read_text()) == {"ranks": [0, 1, 2], "text": "ready ✓"}
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o640
+    assert play(tmp_path, dest)["changed"] is False, "a second run with the same content changes nothing"
