@@ -6,7 +6,8 @@ inside the task's worker, without running a module.
 every host of the task: about 0.5 s of controller CPU a host at load 3-4 on the testbed's 2-core controller, for a
 file that the controller itself writes (docs/campaign.md "Fewer turns a rung (ov10)"). This action writes it with
 module_utils/file_io.py's write_if_changed (crash-safe, the same bytes and mode as the copy wrote), truthfully in
-check mode (reports the change, writes nothing). It always writes on the controller, whatever the task's host.
+check mode (reports the change, writes nothing) and
+shows a diff with --diff as copy does. It always writes on the controller, whatever the task's host.
 
     - name: Save this rank's log in the run folder
       controller_file:
@@ -20,6 +21,7 @@ import json
 import os
 import sys
 
+from ansible import constants as C
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
@@ -49,8 +51,27 @@ class ActionModule(ActionBase):
             octal = int(mode, 8)
         except ValueError:
             raise AnsibleActionFail(f"controller_file: mode must be an octal string, got {mode!r}") from None
+        text = content.decode("utf-8", "replace") if isinstance(content, bytes) else str(content)
+        before = self._before(dest) if self._task.diff else None
         try:
-            result.update(write_if_changed(dest, str(content), mode=octal, check=bool(self._task.check_mode)))
+            result.update(write_if_changed(dest, text, mode=octal, check=bool(self._task.check_mode)))
         except OSError as exc:
             raise AnsibleActionFail(f"controller_file: cannot write {dest}: {exc}") from exc
+        if before is not None and result.get("changed"):
+            # As ansible.builtin.copy shows it: the old and the new text, or a note above the diff size limit.
+            after = text if len(text.encode("utf-8")) <= C.MAX_FILE_SIZE_FOR_DIFF else "(the new content is too large to show)"
+            result["diff"] = {"before": before, "after": after, "before_header": dest, "after_header": dest}
         return result
+
+    @staticmethod
+    def _before(dest: str) -> str:
+        """The file's text now, for --diff: empty when it does not exist, a note when it is too large or unreadable."""
+        try:
+            if os.path.getsize(dest) > C.MAX_FILE_SIZE_FOR_DIFF:
+                return "(the current file is too large to show)"
+            with open(dest, "rb") as fh:
+                return fh.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+        except OSError as exc:
+            return f"(cannot read the current file: {exc.strerror})"

@@ -21,9 +21,13 @@ PLAY = """
         content: "{{ {'ranks': [0, 1, 2], 'text': 'ready ✓'} | to_nice_json }}"
         mode: "0640"
       register: out
-    - name: Show it
-      ansible.builtin.debug:
-        msg: "RESULT {{ out | to_json }}"
+    - name: Keep the result for the test
+      ansible.builtin.copy:
+        dest: "{{ result_file }}"
+        content: "{{ out | to_json }}"
+        mode: "0644"
+      check_mode: false
+      diff: false
 """
 
 
@@ -33,12 +37,13 @@ def play(tmp_path: Path, dest: Path, *extra: str) -> dict:
                SPARKFLEET_RUNS_DIR=str(tmp_path / "runs"), ANSIBLE_NOCOLOR="1", SPARKFLEET_RUN_DIR=str(tmp_path / "run"),
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     (tmp_path / "run").mkdir(exist_ok=True)
+    result = tmp_path / "result.json"
     proc = subprocess.run(["ansible-playbook", "-i", "localhost,", str(tmp_path / "play.yml"), "-e", f"dest={dest}",
+                           "-e", f"result_file={result}",
                            "-e", f"ansible_python_interpreter={sys.executable}", *extra],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    line = next(l for l in proc.stdout.splitlines() if "RESULT " in l)
-    return json.loads(line.split("RESULT ", 1)[1].rstrip('"').replace('\\"', '"'))
+    return json.loads(result.read_text())
 
 
 def test_writes_the_file_like_copy_then_changes_nothing_and_check_mode_writes_nothing(tmp_path):
@@ -50,3 +55,18 @@ def test_writes_the_file_like_copy_then_changes_nothing_and_check_mode_writes_no
     assert json.loads(dest.read_text()) == {"ranks": [0, 1, 2], "text": "ready ✓"}
     assert stat.S_IMODE(dest.stat().st_mode) == 0o640
     assert play(tmp_path, dest)["changed"] is False, "a second run with the same content changes nothing"
+
+
+def test_diff_mode_shows_what_changes_like_copy(tmp_path):
+    """--diff shows the old and new text (as ansible.builtin.copy does); a file above Ansible's diff size limit is
+    named, not printed."""
+    dest = tmp_path / "rollout.json"
+    dest.write_text("old text\n")
+    out = play(tmp_path, dest, "--check", "--diff")
+    assert out["changed"] is True and dest.read_text() == "old text\n"
+    diff = out["diff"]
+    assert diff["before"] == "old text\n" and '"ready' in diff["after"], diff
+    assert diff["before_header"] == diff["after_header"] == str(dest)
+    missing = tmp_path / "new.json"
+    assert play(tmp_path, missing, "--diff")["diff"]["before"] == ""
+    assert "diff" not in play(tmp_path, missing), "no diff without --diff"
