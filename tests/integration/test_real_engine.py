@@ -55,7 +55,9 @@ def real_fleet(isolated_inventory):
         pytest.skip("the testbed needs root")
     if not os.access("/usr/sbin/dockerd", os.X_OK):
         pytest.skip("docker.io is not installed (make deps)")
-    ensure_testbed(engine="docker")
+    # Fresh: a module before this one may leave spark3's containers as it set them (test_host_tuning.py leaves
+    # redis paused), and the quiesce tests here start from the seed's 19 running ones.
+    ensure_testbed(engine="docker", fresh=True)
     run = play("engine.yml", extravars=BASE)
     assert run.rc == 0, run.stdout[-3000:]
     yield run
@@ -199,8 +201,8 @@ def test_each_rank_feels_its_hosts_running_containers_and_quiesce_removes_them(r
     """Issue 22: the rank simulator counted spark3's background containers in a folder of the removed docker CLI
     stand-in, so on the real engine its 19 running containers cost nothing and quiesce had no modelled gain.
     The GPU hook stand-in binds the host's Docker API socket into the container; the rank asks it at boot."""
-    assert set(states("spark3")) >= set(HOMELAB)
-    assert all(states("spark3")[n] == "running" for n in HOMELAB)
+    running = [n for n in HOMELAB if states("spark3")[n] == "running"]
+    assert running == HOMELAB, "the seed's 19 background containers run on spark3"
     before = {r["rank"]: r["contention_ms"] for r in step_terms()["per_rank"]}
     for name, (rank, _) in HOSTS.items():
         assert before[rank] == pytest.approx(expected_contention_ms(name)), name
@@ -214,7 +216,7 @@ def test_each_rank_feels_its_hosts_running_containers_and_quiesce_removes_them(r
         assert restart.rc == 0, restart.stdout[-3000:]
         after = {r["rank"]: r["contention_ms"] for r in step_terms()["per_rank"]}
         assert after[2] == pytest.approx(expected_contention_ms("spark3"))
-        assert before[2] - after[2] == pytest.approx(19 * 0.15)
+        assert before[2] - after[2] == pytest.approx(0.15 * len(running))
         assert after[0] == before[0] and after[1] == before[1]
     finally:
         restored = play("site.yml", extravars=dict(BASE, quiesce_state="restored"), limit="spark3", tags="quiesce")
