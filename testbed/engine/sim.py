@@ -253,25 +253,62 @@ def desktop_active() -> bool:
         return False
 
 
-def contention_ms() -> tuple[float, int]:
-    """Extra per-step milliseconds from this host's background load, and the nvidia-smi poll interval."""
-    extra = 1.5 if desktop_active() else 0.0
+# The host's Docker API socket, bound here by the testbed's GPU hook (testbed/standins/
+# nvidia_container_runtime_hook.py): the testbed's way for the model of GPU contention to know what else runs
+# on the node. The real hook binds no such thing and no role reads it. SIM_ENGINE_SOCK overrides it (tests).
+ENGINE_SOCK = "/.testbed-engine.sock"
+ENGINE_TIMEOUT_S = 2.0
+CONTAINER_MS = 0.15     # per step, for each running, not-paused, non-serving container on the rank's host
+
+
+def engine_containers(path: str | None = None, timeout_s: float = ENGINE_TIMEOUT_S) -> list:
+    """The host engine's running and paused containers (Engine API `GET /containers/json`), over the bound
+    AF_UNIX socket with a plain HTTP/1.0 request; [] on any error (no socket, no answer, not 200, bad JSON)."""
+    path = path or os.environ.get("SIM_ENGINE_SOCK") or ENGINE_SOCK
+    deadline = time.monotonic() + timeout_s
+    chunks = []
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout_s)
+            sock.connect(path)
+            sock.sendall(b"GET /containers/json HTTP/1.0\r\nHost: docker\r\n\r\n")
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return []
+                sock.settimeout(left)
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+        status = head.split(b"\r\n", 1)[0].split()
+        if len(status) < 2 or status[1] != b"200":
+            return []
+        listed = json.loads(body)
+    except (OSError, ValueError):
+        return []
+    return listed if isinstance(listed, list) else []
+
+
+def busy_containers(listed: list) -> int:
+    """Running (not paused, not exited) containers that are not the fleet's serving ones (names /dsv41-*)."""
     busy = 0
-    base = "/.testbed-containers"
-    if os.path.isdir(base):
-        for cid in os.listdir(base):
-            cdir = os.path.join(base, cid)
-            try:
-                config = json.load(open(os.path.join(cdir, "config.v2.json")))
-                pid = int(open(os.path.join(cdir, "pid")).read())
-            except (OSError, ValueError):
-                continue
-            if config["Name"].startswith("/dsv41-") or os.path.exists(os.path.join(cdir, "exitcode")):
-                continue
-            if os.path.exists(os.path.join(cdir, "paused")) or not os.path.exists(f"/proc/{pid}"):
-                continue
-            busy += 1
-    extra += 0.15 * busy
+    for entry in listed:
+        if not isinstance(entry, dict) or entry.get("State") != "running":
+            continue
+        names = entry.get("Names") or []
+        if any(isinstance(n, str) and n.startswith("/dsv41-") for n in names):
+            continue
+        busy += 1
+    return busy
+
+
+def contention_ms() -> tuple[float, int]:
+    """Extra per-step milliseconds from this host's background load, and the nvidia-smi poll interval.
+    Read once per boot (run()): a container paused or started later counts from the next boot."""
+    extra = 1.5 if desktop_active() else 0.0
+    extra += CONTAINER_MS * busy_containers(engine_containers())
     poll_ms = 0
     try:
         stamps = [float(line.split()[0]) for line in open("/.testbed/nvidia-smi.log") if "--query-gpu" in line]

@@ -10,7 +10,12 @@ rank simulator reads in place of a GPU (docs/testbed.md "Real engine"):
 
 - /sys/class: the host's view (the RoCE HCAs' GID tables under /sys/class/infiniband, dmi/id);
 - /proc/driver/nvidia (the driver version) and /proc/meminfo (the unified memory of the host);
-- /.testbed, read-only: the host's testbed facts (GPU stand-in state, nvidia-smi polls, desktop).
+- /.testbed, read-only: the host's testbed facts (GPU stand-in state, nvidia-smi polls, desktop);
+- /.testbed-engine.sock (a file target): the host's Docker API socket (/var/run/docker.sock, where the host's
+  dockerd listens: testbed/tb/engine.py). It is the testbed's way for the model of GPU contention to know what
+  else runs on the node: the rank simulator counts the host's running, non-serving containers there (0.15 ms a
+  step each; testbed/engine/sim.py contention_ms), as a real GPU feels them. The real hook binds no such socket,
+  and no role reads it.
 
 Every call is logged to /run/testbed/nvidia-hook.log (one JSON line) for the tests.
 """
@@ -37,7 +42,8 @@ def main() -> int:
         root = os.path.join(bundle, root)
     env = dict(item.split("=", 1) for item in config.get("process", {}).get("env", []) if "=" in item)
     binds = [("/sys/class", "sys/class", True), ("/proc/driver", "proc/driver", False),
-             ("/run/testbed/meminfo", "proc/meminfo", False), ("/run/testbed", ".testbed", False)]
+             ("/run/testbed/meminfo", "proc/meminfo", False), ("/run/testbed", ".testbed", False),
+             ("/var/run/docker.sock", ".testbed-engine.sock", False)]
     done = []
     for source, target, recursive in binds:
         if not os.path.exists(source):

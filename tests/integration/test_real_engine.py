@@ -2,7 +2,9 @@
 own dockerd inside its namespaces; the roles drive it through the docker CLI as on the fleet. Checked here:
 up/down (daemons in the hosts' namespaces, no bridge, nothing listening, stopped by pid, state removed), engine
 start/restart/stop in order, a failed boot naming its rank with every log kept, quiesce pausing and restoring
-exactly its containers (real freezer-cgroup pauses), and the checkpoint verified through a worker's volume.
+exactly its containers (real freezer-cgroup pauses), each rank's simulated GPU feeling its host's running
+containers through the engine's API (and quiesce removing spark3's share at the next boot), and the checkpoint
+verified through a worker's volume.
 
 The real engine is the testbed's only engine since stage 2: the other modules run on it too; this one checks the
 daemons themselves and takes its testbed down at the end (the next module's `ensure_testbed` brings one up)."""
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from pathlib import Path
 
 import pytest
@@ -52,7 +55,9 @@ def real_fleet(isolated_inventory):
         pytest.skip("the testbed needs root")
     if not os.access("/usr/sbin/dockerd", os.X_OK):
         pytest.skip("docker.io is not installed (make deps)")
-    ensure_testbed(engine="docker")
+    # Fresh: a module before this one may leave spark3's containers as it set them (test_host_tuning.py leaves
+    # redis paused), and the quiesce tests here start from the seed's 19 running ones.
+    ensure_testbed(engine="docker", fresh=True)
     run = play("engine.yml", extravars=BASE)
     assert run.rc == 0, run.stdout[-3000:]
     yield run
@@ -165,6 +170,57 @@ def test_quiesce_pauses_and_restores_exactly_its_containers(real_fleet):
     now = states("spark3")
     assert {n: now[n] for n in HOMELAB} == {**dict.fromkeys(HOMELAB, "running"), "redis": "paused"}
     spark3.check_output("docker unpause redis")
+
+
+# The head's step model (its /server_info, read inside its container: port 8888 on the host network, the API key
+# if one is set): each rank's contention as that rank measured it at its boot.
+SERVER_INFO = ("import json, urllib.request\n"
+               "try:\n    key = open('/state/api-key').read().strip()\nexcept OSError:\n    key = ''\n"
+               "headers = {'Authorization': 'Bearer ' + key} if key else {}\n"
+               "req = urllib.request.Request('http://127.0.0.1:8888/server_info', headers=headers)\n"
+               "print(json.dumps(json.load(urllib.request.urlopen(req, timeout=30))['step_model']['terms']))\n")
+
+
+def step_terms() -> dict:
+    return json.loads(node("spark1").check_output(f"docker exec dsv41-head python3 -c {shlex.quote(SERVER_INFO)}"))
+
+
+def expected_contention_ms(name: str) -> float:
+    """What sim.py's model charges a rank for its host, from the host's real state: 0.15 ms for each running
+    (not paused) container that is not the fleet's, 1.5 ms for a running desktop (fake_gdm.py holds a lock on
+    its pid file), 1.0 ms for an SM clock capped under 2600 MHz."""
+    h = node(name)
+    busy = [n for n, st in states(name).items() if st == "running" and not n.startswith("dsv41-")]
+    desktop = h.run("flock -n -s /run/testbed/desktop.pid true").rc != 0 if h.file("/run/testbed/desktop.pid").exists else False
+    gpu = json.loads(h.file("/run/testbed/gpu.json").content_string) if h.file("/run/testbed/gpu.json").exists else {}
+    capped = bool(gpu.get("locked")) and gpu["locked"][1] < 2600
+    return 0.15 * len(busy) + (1.5 if desktop else 0.0) + (1.0 if capped else 0.0)
+
+
+def test_each_rank_feels_its_hosts_running_containers_and_quiesce_removes_them(real_fleet):
+    """Issue 22: the rank simulator counted spark3's background containers in a folder of the removed docker CLI
+    stand-in, so on the real engine its 19 running containers cost nothing and quiesce had no modelled gain.
+    The GPU hook stand-in binds the host's Docker API socket into the container; the rank asks it at boot."""
+    running = [n for n in HOMELAB if states("spark3")[n] == "running"]
+    assert running == HOMELAB, "the seed's 19 background containers run on spark3"
+    before = {r["rank"]: r["contention_ms"] for r in step_terms()["per_rank"]}
+    for name, (rank, _) in HOSTS.items():
+        assert before[rank] == pytest.approx(expected_contention_ms(name)), name
+    assert before[2] >= 19 * 0.15
+    quiet = play("site.yml", extravars=BASE, limit="spark3", tags="quiesce")
+    assert quiet.rc == 0, quiet.stdout[-3000:]
+    try:
+        # Read once per boot: the pause does not reach a running rank; the next boot sees it.
+        assert {r["rank"]: r["contention_ms"] for r in step_terms()["per_rank"]} == before
+        restart = play("engine.yml", extravars=dict(BASE, engine_state="restarted"))
+        assert restart.rc == 0, restart.stdout[-3000:]
+        after = {r["rank"]: r["contention_ms"] for r in step_terms()["per_rank"]}
+        assert after[2] == pytest.approx(expected_contention_ms("spark3"))
+        assert before[2] - after[2] == pytest.approx(0.15 * len(running))
+        assert after[0] == before[0] and after[1] == before[1]
+    finally:
+        restored = play("site.yml", extravars=dict(BASE, quiesce_state="restored"), limit="spark3", tags="quiesce")
+        assert restored.rc == 0, restored.stdout[-3000:]
 
 
 def test_the_checkpoint_is_verified_through_each_workers_volume(real_fleet, tmp_path):

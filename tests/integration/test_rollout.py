@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 from pathlib import Path
 
@@ -191,6 +192,48 @@ def test_ladder_keeps_its_winners_as_a_verified_combination(serving_fleet):
     for name in ladder["winners"]:
         assert name in kept
     assert "DSV41_VERIFY_CAP" in kept and "DSPARK_BLOCK_SIZE" not in kept and run.rc == 0
+
+
+# The head's step model (/server_info, read inside its container): the terms of one prose step at c1.
+STEP_TERMS = ("import json, urllib.request\n"
+              "try:\n    key = open('/state/api-key').read().strip()\nexcept OSError:\n    key = ''\n"
+              "headers = {'Authorization': 'Bearer ' + key} if key else {}\n"
+              "req = urllib.request.Request('http://127.0.0.1:8888/server_info', headers=headers)\n"
+              "print(json.dumps(json.load(urllib.request.urlopen(req, timeout=30))['step_model']['terms']))\n")
+
+
+def step_terms(host) -> dict:
+    return json.loads(host("spark1").check_output(f"docker exec dsv41-head python3 -c {shlex.quote(STEP_TERMS)}"))
+
+
+def test_quiesce_is_kept_with_the_gain_the_model_gives_it(serving_fleet, host):
+    """Issue 22: on the real engine spark3's 19 running containers cost its rank nothing (the simulator looked
+    for the removed stand-in's folder), so quiesce could only be reverted. Now the rank feels them (0.15 ms a
+    step each), spark3 is the straggler, and quiesce rolled out as the operator does
+    (`rollout.yml -e experiment=quiesce -e window_confirmed=true`) is kept with the model's gain, ~3 %."""
+    before = step_terms(host)
+    assert before["straggler_rank"] == 2 and before["per_rank"][2]["contention_ms"] >= 19 * 0.15, before
+    try:
+        run, result = rollout_as_operator(experiment="quiesce")
+        assert run.rc == 0 and result["outcome"] == "kept", (result, run.stdout[-3000:])
+        after = step_terms(host)
+        assert before["per_rank"][2]["contention_ms"] - after["per_rank"][2]["contention_ms"] == pytest.approx(19 * 0.15)
+        modelled = before["step_ms"] / after["step_ms"]          # decode tok/s ratio at prose c1 (acceptance unchanged)
+        assert 1.02 < modelled < 1.04, (before, after)
+        assert result["decision"]["ratio"] == pytest.approx(modelled, abs=0.015), (result["decision"], modelled)
+        assert "quiesce" in INCUMBENT.read_text()
+        assert all(st != "running" for n, st in (line.split() for line in host("spark3").check_output(
+            "docker ps -a --format '{{.Names}} {{.State}}'").splitlines()) if not n.startswith("dsv41-"))
+    finally:
+        restored = run_playbook("site.yml", tags="quiesce", extravars={"preflight_skip": True, "quiesce_state": "restored"})
+        assert restored.rc == 0, restored.stdout[-2000:]
+
+
+def rollout_as_operator(**extra):
+    """rollout.yml with the operator's settings (the experiment's workloads, the role's defaults)."""
+    run = run_playbook("rollout.yml", extravars={"window_confirmed": True, **extra})
+    result = json.loads(Path(run.run_dir, "rollout.json").read_text()) if run.run_dir else {}
+    return run, result
 
 
 def quiesce_kept_since(tmp_path) -> tuple[str, Path, str]:
