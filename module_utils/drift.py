@@ -191,19 +191,42 @@ def engram_loaded_rows(record: dict) -> List[dict]:
              "actual": f"packed={layer.get('packed')}", "drifted": layer.get("packed") is not True} for layer in layers]
 
 
+def env_files_rows(record: dict) -> List[dict]:
+    """roles/engine_env's env files (library/env_files.py writes both of a rank in one run): one row a file, as a
+    loop of one module a file would show them (the file's text lines that differ; secrets masked by the module)."""
+    res = record.get("result") or {}
+    diffs = res.get("diff") or []
+    diffs = diffs if isinstance(diffs, list) else [diffs]
+    rows = []
+    for f in res.get("files") or []:
+        path = str(f.get("path"))
+        changed = bool(f.get("changed"))
+        mine = [d for d in diffs if isinstance(d, dict) and str(d.get("before_header", "")).split(" (")[0] == path]
+        shown = summarize_diff(mine) if changed and mine else None
+        if shown is None:
+            shown = {"desired": "as the task states", "actual": "would change" if changed else "same"}
+        rows.append({"item": _item(dict(record, item=path)), "desired": shown["desired"], "actual": shown["actual"],
+                     "drifted": changed})
+    return rows
+
+
 # Modules whose own comparison says more than changed + diff: their results are kept and turned into rows here.
 ROW_BUILDERS: Dict[str, Callable[[dict], List[dict]]] = {
     "engine_container": engine_container_rows,
     "docker_container": docker_container_rows,
     "engram_pack": engram_pack_rows,
     "engram_status_info": engram_loaded_rows,
+    "env_files": env_files_rows,
 }
+# Of those, modules that change the host themselves (not a planner): their builder makes the rows of every run.
+MANAGING_ROW_BUILDERS = frozenset({"env_files"})
 
 
 def rows_for(record: dict) -> List[dict]:
-    builder = ROW_BUILDERS.get(short_action(record.get("action", "")))
+    action = short_action(record.get("action", ""))
+    builder = ROW_BUILDERS.get(action)
     if builder and record.get("status") == "ok" and not record.get("handler") and not record.get("delegated") \
-            and (record.get("planner") or not manages(record.get("action", ""))):
+            and (record.get("planner") or not manages(action) or action in MANAGING_ROW_BUILDERS):
         return builder(record)
     row = generic_row(record)
     return [row] if row else []

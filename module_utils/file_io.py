@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 from typing import Optional, Tuple, Union
 
@@ -86,13 +87,12 @@ def write_if_changed(path: str, data: Union[bytes, str], mode: int = 0o644, chec
         st = None
     same = False
     if st is not None:
-        import stat as _stat
-        if not _stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(st.st_mode):
             raise IsADirectoryError(f"{path} exists and is not a regular file")
         if st.st_size == len(payload):
             with open(path, "rb") as fh:
                 same = fh.read() == payload
-        if same and _stat.S_IMODE(st.st_mode) != mode:
+        if same and stat.S_IMODE(st.st_mode) != mode:
             same = False
     if not same and not check:
         write_atomic(path, payload, mode=mode)

@@ -6,7 +6,6 @@ and the declared per-rank part, compare env across ranks and against files.
     {{ engine_env | engine_env_split(engine_env_per_rank, fleet_rank) }}   -> {shared: {..}, rank: {..}}
     {{ text | engine_env_parse }}                                          -> {KEY: value} (docker --env-file rules)
     {{ env | engine_env_masked(sparkfleet_secret_env_keys) }}              -> env as shown (secrets ********)
-    {{ env | engine_env_has_secrets(sparkfleet_secret_env_keys) }}         -> whether showing env shows a secret
     {{ env | engine_env_fingerprint }}                                     -> sha256 of the autotune-relevant keys
     {{ engine_env | engine_env_gid_problems(engine_env_per_rank, mode) }}  -> [str]  (NCCL GID keys vs the mode)
     {{ resolved_hcas | engine_env_gid_keys }}                          -> {keys: {NCCL_IB_GID_INDEX, NCCL_IB_HCA}, problem}
@@ -139,11 +138,6 @@ def engine_env_masked(env: Any, extra: Any = ()) -> Any:
     return mask_env(env, extra or ())
 
 
-def engine_env_has_secrets(env: Any, extra: Any = ()) -> bool:
-    """Whether showing the env would show a secret (a masked value or URL credentials)."""
-    return mask_env(env, extra or ()) != env
-
-
 def engine_env_fingerprint(env: dict) -> str:
     """sha256 over the keys that shape FlashInfer tactics (the keep adapter's prefixes, volatile switches left out)."""
     kept = sorted((str(k), str(v)) for k, v in (env or {}).items()
@@ -245,4 +239,4 @@ class FilterModule:
                 "engine_env_parse": engine_env_parse, "engine_env_fingerprint": engine_env_fingerprint,
                 "engine_env_cross_rank": engine_env_cross_rank, "engine_env_gid_problems": engine_env_gid_problems,
                 "engine_env_gid_keys": engine_env_gid_keys, "engine_env_gid_check": engine_env_gid_check,
-                "engine_env_masked": engine_env_masked, "engine_env_has_secrets": engine_env_has_secrets}
+                "engine_env_masked": engine_env_masked}
