@@ -201,7 +201,8 @@ def env_files_rows(record: dict) -> List[dict]:
     for f in res.get("files") or []:
         path = str(f.get("path"))
         changed = bool(f.get("changed"))
-        mine = [d for d in diffs if isinstance(d, dict) and str(d.get("before_header", "")).split(" (")[0] == path]
+        headers = (path, f"{path} (owner, group, mode)")  # library/env_files.py: the text's diff, the attributes'
+        mine = [d for d in diffs if isinstance(d, dict) and d.get("before_header") in headers]
         shown = summarize_diff(mine) if changed and mine else None
         if shown is None:
             shown = {"desired": "as the task states", "actual": "would change" if changed else "same"}

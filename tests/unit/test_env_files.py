@@ -167,3 +167,15 @@ def test_drift_shows_a_failed_run_as_one_drifted_row(tmp_path):
     out = run_module(MODULE, args(tmp_path / "absent"), check_mode=True)
     (row,) = drift.rows_for(_record(out.result, status="failed"))
     assert row["drifted"] and "does not exist" in row["actual"]
+
+
+def test_drift_shows_a_mode_change_on_its_own_file_even_in_a_folder_named_with_a_parenthesis(tmp_path):
+    folder = tmp_path / "fleet (spark2)"
+    folder.mkdir()
+    run_module(MODULE, args(folder))
+    os.chmod(folder / "sparkfleet-rank.env", 0o644)
+    out = run_module(MODULE, args(folder), check_mode=True, diff=True)
+    shared, rank = drift.rows_for(_record(out.result))
+    assert not shared["drifted"] and shared["actual"] == "same"
+    assert rank["item"].endswith(f"[{folder / 'sparkfleet-rank.env'}]")
+    assert rank["drifted"] and "0640" in rank["desired"] and "0644" in rank["actual"], rank
