@@ -88,7 +88,9 @@ files:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.env_files import EnvFileError, env_file_text, masked, plan_file, secrets_of, write_file
+from ansible.module_utils.env_files import EnvFileError, env_file_text, plan_file, secrets_of
+from ansible.module_utils.env_text import mask_tree
+from ansible.module_utils.file_io import write_atomic
 
 
 def main() -> None:
@@ -113,9 +115,9 @@ def main() -> None:
     result = dict(changed=False, files=[])
 
     def finish(fail_msg: str = None) -> None:
-        out = masked(dict(result, invocation={"module_args": p}), secrets, extra)
+        out = mask_tree(dict(result, invocation={"module_args": p}), secrets, extra)
         if fail_msg:
-            module.fail_json(msg=masked(fail_msg, secrets, extra), **out)
+            module.fail_json(msg=mask_tree(fail_msg, secrets, extra), **out)
         module.exit_json(**out)
 
     try:
@@ -137,7 +139,7 @@ def main() -> None:
                           "before": pl["before"] or "", "after": pl["after"]})
             if not module.check_mode:
                 try:
-                    write_file(path, pl["after"], mode)
+                    write_atomic(path, pl["after"], mode=mode)  # temporary file, fsync, rename, folder fsync
                 except OSError as exc:
                     finish(f"{path}: cannot write it: {exc}")
         attrs = {"before": {}, "after": {}, "before_header": f"{path} (owner, group, mode)",

@@ -5,7 +5,7 @@
 
 An env file is docker's ``--env-file`` format: one ``KEY=value`` line a key, taken literally (no quotes, no ``$``
 expansion), ``#`` lines are comments. ``env_file_text`` is the file's whole text; ``plan_file`` compares it with
-what the host has; ``write_file`` writes it (library/env_files.py sets owner, group and mode after).
+what the host has; library/env_files.py writes it with file_io.write_atomic and sets owner, group and mode.
 """
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import os
 import stat
 from typing import Iterable, List, Optional
 
-from ansible.module_utils.env_text import key_problem, mask_tree, parse_env_file, secret_values, value_problem
-from ansible.module_utils.file_io import write_atomic
+from ansible.module_utils.env_text import key_problem, parse_env_file, secret_values, value_problem
 
 FORMAT_LINE = "# docker --env-file format: one KEY=value per line, taken literally (no quotes, no $ expansion); " \
               "not a shell file."
@@ -65,11 +64,6 @@ def plan_file(path: str, text: str) -> dict:
     return {"path": path, "before": before, "after": text, "content_changed": before != text}
 
 
-def write_file(path: str, text: str, mode: int) -> None:
-    """Replace the file (a temporary file in the same folder, fsync, rename, folder fsync)."""
-    write_atomic(path, text, mode=mode)
-
-
 def secrets_of(texts: Iterable[Optional[str]], envs: Iterable[dict], extra: Iterable = ()) -> list:
     """Every secret value the desired envs and the files' current texts hold (a rotated key is masked too)."""
     out: list = []
@@ -79,7 +73,3 @@ def secrets_of(texts: Iterable[Optional[str]], envs: Iterable[dict], extra: Iter
         if text:
             out += secret_values(parse_env_file(text), extra)
     return out
-
-
-def masked(obj, secrets: list, extra: Iterable = ()):
-    return mask_tree(obj, secrets, extra)
