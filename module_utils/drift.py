@@ -100,6 +100,12 @@ def _item(record: dict) -> str:
     return f"{record.get('role')} {name}" + (f" [{label}]" if label not in (None, "") else "")
 
 
+def _shown(diff: Any, changed: bool) -> Dict[str, str]:
+    """Desired and actual of a row: from the diff of a change, else what the task states and whether it changes."""
+    shown = summarize_diff(diff) if changed and diff else None
+    return shown or {"desired": "as the task states", "actual": "would change" if changed else "same"}
+
+
 def generic_row(record: dict) -> Optional[dict]:
     """The row of one task result, or None when it is no row (skipped, reads, a handler, a planner)."""
     status = record.get("status")
@@ -114,9 +120,7 @@ def generic_row(record: dict) -> Optional[dict]:
     changed = bool(record.get("changed"))
     if short_action(record.get("action", "")) in COMMAND_ACTIONS and not changed:
         return None
-    shown = summarize_diff(record.get("diff")) if changed else None
-    if shown is None:
-        shown = {"desired": "as the task states", "actual": "would change" if changed else "same"}
+    shown = _shown(record.get("diff"), changed)
     return {"item": _item(record), "desired": shown["desired"], "actual": shown["actual"], "drifted": changed}
 
 
@@ -203,9 +207,7 @@ def env_files_rows(record: dict) -> List[dict]:
         changed = bool(f.get("changed"))
         headers = (path, f"{path} (owner, group, mode)")  # library/env_files.py: the text's diff, the attributes'
         mine = [d for d in diffs if isinstance(d, dict) and d.get("before_header") in headers]
-        shown = summarize_diff(mine) if changed and mine else None
-        if shown is None:
-            shown = {"desired": "as the task states", "actual": "would change" if changed else "same"}
+        shown = _shown(mine, changed)
         rows.append({"item": _item(dict(record, item=path)), "desired": shown["desired"], "actual": shown["actual"],
                      "drifted": changed})
     return rows

@@ -10,10 +10,10 @@ what the host has; library/env_files.py writes it with file_io.write_atomic and 
 from __future__ import annotations
 
 import os
-import stat
 from typing import Iterable, List, Optional
 
 from ansible.module_utils.env_text import key_problem, parse_env_file, secret_values, value_problem
+from ansible.module_utils.file_io import regular_stat
 
 FORMAT_LINE = "# docker --env-file format: one KEY=value per line, taken literally (no quotes, no $ expansion); " \
               "not a shell file."
@@ -45,11 +45,10 @@ def read_current(path: str) -> Optional[str]:
     """What the host's file holds (None when absent). A path that is not a regular file is an error: it is never
     replaced silently."""
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        raise EnvFileError(f"{path} exists and is not a regular file")
+        if regular_stat(path) is None:
+            return None
+    except IsADirectoryError as exc:
+        raise EnvFileError(str(exc)) from None
     with open(path, "rb") as fh:
         return fh.read().decode("utf-8", errors="replace")
 

@@ -73,6 +73,18 @@ def sha256_file(path: str, drop_cache: bool = False, follow_symlinks: bool = Tru
         os.close(fd)
 
 
+def regular_stat(path: str) -> Optional[os.stat_result]:
+    """``path``'s own stat (a link is not followed), None when it does not exist. A path that exists and is not a
+    regular file (a folder, a link, a device) raises IsADirectoryError: it is never read or replaced as a file."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise IsADirectoryError(f"{path} exists and is not a regular file")
+    return st
+
+
 def write_if_changed(path: str, data: Union[bytes, str], mode: int = 0o644, check: bool = False) -> dict:
     """``path`` holds ``data`` with ``mode`` afterwards (write_atomic where it does not already): {changed, dest,
     size, mode}. ``check``: report whether it would change and change nothing. The parent folder must exist (the
@@ -81,14 +93,9 @@ def write_if_changed(path: str, data: Union[bytes, str], mode: int = 0o644, chec
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"destination folder {directory} does not exist")
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except FileNotFoundError:
-        st = None
+    st = regular_stat(path)
     same = False
     if st is not None:
-        if not stat.S_ISREG(st.st_mode):
-            raise IsADirectoryError(f"{path} exists and is not a regular file")
         if st.st_size == len(payload):
             with open(path, "rb") as fh:
                 same = fh.read() == payload
