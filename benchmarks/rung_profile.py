@@ -5,7 +5,8 @@
 For each run folder given (a rung folder runs/<time>-campaign/rungs/<nn>-<name>, a campaign folder for all its
 rungs, or any folder holding runner/artifacts/*/job_events), prints: the nested run's wall time (its first event
 to its last), the seconds of boots, benchmarks and host changes (module_utils/campaign_report.py `work_s`: the
-union of decode_bench, engine_liveness_info, engram_pack and container-changing engine_container tasks), the rest
+union of decode_bench, engine_liveness_info, engram_pack (a pack run in the background: to the check that saw it
+end) and the engine-container tasks that changed a container, engine_container's and docker_container's), the rest
 (orchestration: Ansible's own turns, checks, rendering, reports) and the number of task starts; with --top N,
 the N task names that cost most (a task's time runs from its start to the next task's start, summed by name).
 

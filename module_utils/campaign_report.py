@@ -193,15 +193,31 @@ def rollback_command(state: dict) -> str:
 
 
 # The work a campaign is for (issue 23 "Performance": everything but boots and benchmarks is overhead): the
-# benchmarks, the boots and stops of the engines (engine_container tasks that changed a container, the
-# liveness judgement that follows a boot, by its name and its deprecated alias) and the host change itself (engram_pack).
+# benchmarks, the boots and stops of the engines (tasks that changed an engine container: engine_container's
+# ordered starts and waits, community.docker's docker_container stops, creates and recreates of the same
+# containers; the liveness judgement that follows a boot, by its name and its deprecated alias) and the host
+# change itself (engram_pack). A read (a comparison, an inspect) changes nothing and is not work.
 WORK_ACTIONS = ("decode_bench", "engine_liveness_info", "engine_liveness", "engram_pack")
-BOOT_ACTIONS = ("engine_container",)
+BOOT_ACTIONS = ("engine_container", "docker_container")
+
+
+def _changed(ev: dict, res: dict) -> bool:
+    """Whether a task's result changed its host. Under no_log (docker_container's result holds the container's
+    env) Ansible censors the whole result, `changed` included; the event's display line still starts with
+    "changed:" (nested runs display with the default callback, without colour: module_utils/nested_play.py)."""
+    if "changed" in res:
+        return bool(res["changed"])
+    return "censored" in res and str(ev.get("stdout") or "").lstrip().startswith("changed:")
 
 
 def _task_intervals(events_dir: str) -> list[tuple[float, float]]:
-    """(start, end) epoch seconds of the work tasks among one nested run's ansible-runner job events."""
+    """(start, end) epoch seconds of the work tasks among one nested run's ansible-runner job events. A work
+    task started in the background (the Engram pack: `async` with `poll: 0`, then async_status checks, roles/engram
+    tasks/poll.yml) runs from its launch to the start of the check that found its job finished (the job ended
+    between the previous check and that one: at most one poll interval of latency counts with it)."""
     out = []
+    launched: dict[tuple, float] = {}  # (host, job id) -> start of the work task that launched it
+    checks: list[tuple[tuple, float]] = []  # (host, job id), start of an async_status that found the job finished
     try:
         names = os.listdir(events_dir)
     except OSError:
@@ -215,14 +231,24 @@ def _task_intervals(events_dir: str) -> list[tuple[float, float]]:
         data = ev.get("event_data") or {}
         action = str(data.get("task_action") or "").rsplit(".", 1)[-1]
         res = data.get("res") or {}
-        if action in WORK_ACTIONS or (action in BOOT_ACTIONS and (res.get("changed") or ev["event"] == "runner_on_failed")):
-            try:
-                start = dt.datetime.fromisoformat(data["start"]).timestamp()
-                end = dt.datetime.fromisoformat(data["end"]).timestamp()
-            except (KeyError, TypeError, ValueError):
-                continue
-            if end >= start:
+        try:
+            start = dt.datetime.fromisoformat(data["start"]).timestamp()
+            end = dt.datetime.fromisoformat(data["end"]).timestamp()
+        except (KeyError, TypeError, ValueError):
+            continue
+        job = (data.get("host"), res.get("ansible_job_id"))
+        if action == "async_status":
+            if res.get("finished") and job[1]:
+                checks.append((job, start))
+            continue
+        if action in WORK_ACTIONS or (action in BOOT_ACTIONS and (_changed(ev, res) or ev["event"] == "runner_on_failed")):
+            if res.get("started") and not res.get("finished") and job[1]:
+                launched[job] = start
+            elif end >= start:
                 out.append((start, end))
+    for job, check_start in checks:
+        if job in launched and check_start >= launched[job]:
+            out.append((launched.pop(job), check_start))
     return out
 
 

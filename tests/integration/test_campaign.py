@@ -117,6 +117,20 @@ def test_a_three_rung_campaign_keeps_its_winner_and_reports_the_night(serving_fl
         assert started.count("Read this rank's display manager, quiesce record, containers and engine log") == 1, rung["id"]
         assert not {"Find the display manager", "Read when the quiesce record was last written"} & set(started), rung["id"]
         assert Path(rung["run_dir"], "report.md").is_file() and Path(rung["run_dir"], "plots", "decode_tok_s.png").is_file()
+        # a reverted rung's report is drawn in the background while the fleet restores, a kept one's after its
+        # incumbent file is written (docs/campaign.md "ov12")
+        drawn_aside = any(ev.get("event") == "runner_on_ok" and ev["event_data"].get("task") == "Collect the report drawn "
+                          "while the fleet restored" for ev in rung_events(rung["run_dir"]))
+        assert drawn_aside == (rung["outcome"] != "kept"), (rung["id"], rung["outcome"])
+    # the pack's own run (rollout.yml boots the candidate itself: engram_restart_engine=false) starts no task of
+    # engine.yml's plays nor of the restart decision and packed=True verification: those plays match no host
+    apply = [json.loads(p.read_text()) for p in sorted(Path(state["rungs"][0]["run_dir"], "apply", "runner", "artifacts",
+                                                            "nested", "job_events").glob("*.json"))
+             if p.name.split("-", 1)[0].isdigit()]
+    apply_tasks = [ev["event_data"] for ev in apply if ev.get("event") == "playbook_on_task_start"]
+    assert any(t.get("task") == "Pack this rank's Engram shards" for t in apply_tasks)
+    assert not [t["task"] for t in apply_tasks if t.get("role") in ("engine", "engine_env")
+                or t.get("task", "").startswith(("Check whether the running engine", "Check this rank's shards"))]
     gaps = progress_gaps(run)
     print(f"3-rung campaign: {wall:.0f} s wall; the campaign's own time {state.get('overhead')}; "
           f"{len(gaps)} progress gaps, max {max(gaps, default=0):.1f} s")

@@ -83,12 +83,18 @@ def test_seconds_to_failure_run_from_the_first_stamp_to_the_error():
     assert seconds_to_failure(str(FAILED_LOG), 11) == 205.0
 
 
-def _event(folder, n, action, start, seconds, changed=True, event="runner_on_ok"):
+CENSORED = "the output has been hidden due to the fact that 'no_log: true' was specified for this result"
+
+
+def _event(folder, n, action, start, seconds, changed=True, event="runner_on_ok", no_log=False, host="spark1"):
     t0 = dt.datetime(2026, 12, 2, 23, 0, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=start)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{n}-x.json").write_text(json.dumps({"event": event, "event_data": {
-        "task_action": action, "start": t0.isoformat(), "end": (t0 + dt.timedelta(seconds=seconds)).isoformat(),
-        "res": {"changed": changed}}}))
+    # as ansible-runner writes them: under no_log the result is censored, `changed` with it; the display line stays
+    res = {"censored": CENSORED} if no_log else {"changed": changed}
+    (folder / f"{n}-x.json").write_text(json.dumps({
+        "event": event, "stdout": f"{'changed' if changed else 'ok'}: [{host}]", "event_data": {
+            "task_action": action, "start": t0.isoformat(), "end": (t0 + dt.timedelta(seconds=seconds)).isoformat(),
+            "res": res}}))
 
 
 def test_the_campaigns_own_time_counts_boots_and_benchmarks_once_across_ranks_and_nested_runs(tmp_path):
@@ -111,3 +117,49 @@ def test_the_campaigns_own_time_counts_boots_and_benchmarks_once_across_ranks_an
     cost = overhead(state, dt.datetime(2026, 12, 2, 23, 3, 20, tzinfo=dt.timezone.utc), str(tmp_path))
     assert cost == {"wall_s": 200.0, "nested_s": 150.0, "overhead_s": 50.0, "percent": 25.0,
                     "work_s": 41.0, "other_s": 159.0, "other_percent": 79.5}
+
+
+def test_community_dockers_stops_and_creates_of_the_engine_containers_are_boot_work(tmp_path):
+    """Since the engine containers are stopped, created and recreated by community.docker's docker_container
+    (under no_log: ansible-runner's event has the result censored, `changed` included), a stop or a create that
+    changed a container is boot work like engine_container's start; an unchanged stop (a rank already
+    stopped), the check-mode comparison and docker_container_info's read are not."""
+    from ansible.module_utils.campaign_report import work_s
+
+    events = tmp_path / "rungs" / "02-folded_fence" / "runner" / "artifacts" / "nested" / "job_events"
+    dc = "community.docker.docker_container"
+    _event(events, 1, dc, 0, 2, no_log=True)                                # the stop of a running rank
+    _event(events, 2, dc, 0.5, 2, changed=False, no_log=True, host="spark2")  # a rank already stopped
+    _event(events, 3, dc, 10, 3, changed=False, no_log=True)                # the comparison (check mode): a read
+    _event(events, 4, dc, 20, 1.5, no_log=True)                             # the create of a changed container
+    _event(events, 5, "community.docker.docker_container_info", 30, 4)      # a read, whatever it says
+    _event(events, 6, "engine_container", 40, 7)                            # the ordered start and wait
+    assert work_s(str(tmp_path)) == 2 + 1.5 + 7
+
+
+def _raw(folder, n, action, start, seconds, res, host="spark1", event="runner_on_ok"):
+    t0 = dt.datetime(2026, 12, 2, 23, 0, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=start)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{n}-x.json").write_text(json.dumps({"event": event, "stdout": f"ok: [{host}]", "event_data": {
+        "task_action": action, "host": host, "start": t0.isoformat(),
+        "end": (t0 + dt.timedelta(seconds=seconds)).isoformat(), "res": res}}))
+
+
+def test_a_pack_run_in_the_background_is_work_from_its_launch_to_the_check_that_saw_it_end(tmp_path):
+    """roles/engram runs the pack with async and poll 0, then follows it with async_status checks: the launch
+    returns at once, so the pack's own seconds are from the launch to the check that found the job finished
+    (an unfinished check, another host's job and a job never seen finished add nothing)."""
+    from ansible.module_utils.campaign_report import work_s
+
+    apply = tmp_path / "rungs" / "01-pack_engram" / "apply" / "runner" / "artifacts" / "nested" / "job_events"
+    launch = {"started": 1, "finished": 0, "ansible_job_id": "j1.1", "results_file": "/root/.ansible_async/j1.1"}
+    _raw(apply, 1, "engram_pack", 0, 1, launch)
+    _raw(apply, 2, "engram_pack", 0.2, 1, dict(launch, ansible_job_id="j2.2"), host="spark2")
+    _raw(apply, 3, "ansible.builtin.async_status", 2, 0.5, {"finished": 0, "ansible_job_id": "j1.1"})
+    _raw(apply, 4, "ansible.builtin.async_status", 12, 0.5, {"finished": 1, "ansible_job_id": "j1.1", "changed": True})
+    _raw(apply, 5, "ansible.builtin.async_status", 13, 0.5, {"finished": 1, "ansible_job_id": "j1.1"}, host="spark3")
+    assert work_s(str(tmp_path)) == 12          # spark1's pack: launch at 0, seen finished by the check at 12
+    _raw(apply, 6, "ansible.builtin.async_status", 20, 0.5, {"finished": 1, "ansible_job_id": "j2.2"}, host="spark2")
+    assert work_s(str(tmp_path)) == 20 - 0      # spark2's pack (0.2 to 20) overlaps spark1's: counted once
+    _raw(apply, 7, "engram_pack", 30, 4, {"changed": True, "shards": []}, host="spark1")  # a pack run in the foreground
+    assert work_s(str(tmp_path)) == 20 + 4
