@@ -231,21 +231,22 @@ def _task_intervals(events_dir: str) -> list[tuple[float, float]]:
         data = ev.get("event_data") or {}
         action = str(data.get("task_action") or "").rsplit(".", 1)[-1]
         res = data.get("res") or {}
+        job = (data.get("host"), res.get("ansible_job_id"))
+        finished_check = action == "async_status" and res.get("finished") and job[1]
+        work = action in WORK_ACTIONS or (action in BOOT_ACTIONS and (_changed(ev, res) or ev["event"] == "runner_on_failed"))
+        if not (finished_check or work):
+            continue
         try:
             start = dt.datetime.fromisoformat(data["start"]).timestamp()
             end = dt.datetime.fromisoformat(data["end"]).timestamp()
         except (KeyError, TypeError, ValueError):
             continue
-        job = (data.get("host"), res.get("ansible_job_id"))
-        if action == "async_status":
-            if res.get("finished") and job[1]:
-                checks.append((job, start))
-            continue
-        if action in WORK_ACTIONS or (action in BOOT_ACTIONS and (_changed(ev, res) or ev["event"] == "runner_on_failed")):
-            if res.get("started") and not res.get("finished") and job[1]:
-                launched[job] = start
-            elif end >= start:
-                out.append((start, end))
+        if finished_check:
+            checks.append((job, start))
+        elif res.get("started") and not res.get("finished") and job[1]:
+            launched[job] = start
+        elif end >= start:
+            out.append((start, end))
     for job, check_start in checks:
         if job in launched and check_start >= launched[job]:
             out.append((launched.pop(job), check_start))
