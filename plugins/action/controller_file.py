@@ -14,6 +14,11 @@ shows a diff with --diff as copy does. It always writes on the controller, whate
         dest: "{{ run_dir }}/boot-logs/{{ inventory_hostname }}.log"   # absolute; its folder must exist
         content: "{{ log_text }}"                                      # a string (other data is written as JSON)
         mode: "0644"                                                   # octal string, default 0644
+        make_folders: true  # optional: make dest's missing folders (0755 each) first, as a file task would
+
+``make_folders`` does what a ``file: state=directory`` task before it did, in the same task: a boot makes its
+``boot-logs/<phase>`` folders with the first log it writes there instead of a task of its own (docs/campaign.md
+"ov13"). Without it a missing folder is an error: a run writes its evidence where it said it would.
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ from file_io import write_if_changed  # noqa: E402
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("dest", "content", "mode"))
+    _VALID_ARGS = frozenset(("dest", "content", "mode", "make_folders"))
     _requires_connection = False
 
     def run(self, tmp=None, task_vars=None):
@@ -51,12 +56,41 @@ class ActionModule(ActionBase):
             octal = int(mode, 8)
         except ValueError:
             raise AnsibleActionFail(f"controller_file: mode must be an octal string, got {mode!r}") from None
+        make_folders = args.get("make_folders", False)
+        if not isinstance(make_folders, bool):
+            raise AnsibleActionFail(f"controller_file: make_folders must be true or false, got {make_folders!r}")
         text = content.decode("utf-8", "replace") if isinstance(content, bytes) else str(content)
         before = self._before(dest) if self._task.diff else None
+        folder = os.path.dirname(dest)
         try:
+            if make_folders and not os.path.isdir(folder):
+                if self._task.check_mode:
+                    # check mode: the folders and the file would all be new; nothing is made
+                    result.update(changed=True, dest=dest, size=len(text.encode("utf-8")), mode="%04o" % octal)
+                    return self._with_diff(result, before, text, dest)
+                self._make_folders(folder)
             result.update(write_if_changed(dest, text, mode=octal, check=bool(self._task.check_mode)))
         except OSError as exc:
             raise AnsibleActionFail(f"controller_file: cannot write {dest}: {exc}") from exc
+        return self._with_diff(result, before, text, dest)
+
+    @staticmethod
+    def _make_folders(folder: str) -> None:
+        """Every missing folder down to ``folder``, 0755 whatever the umask (as ``file: state=directory, mode=0755``
+        sets the last one); a folder another rank's worker of the same task made meanwhile is fine."""
+        missing = []
+        while not os.path.isdir(folder):
+            missing.append(folder)
+            folder = os.path.dirname(folder)
+        for path in reversed(missing):
+            try:
+                os.mkdir(path)
+                os.chmod(path, 0o755)
+            except FileExistsError:
+                pass
+
+    @staticmethod
+    def _with_diff(result: dict, before, text: str, dest: str) -> dict:
         if before is not None and result.get("changed"):
             # As ansible.builtin.copy shows it: the old and the new text, or a note above the diff size limit.
             after = text if len(text.encode("utf-8")) <= C.MAX_FILE_SIZE_FOR_DIFF else "(the new content is too large to show)"
