@@ -85,14 +85,35 @@ def regular_stat(path: str) -> Optional[os.stat_result]:
     return st
 
 
-def write_if_changed(path: str, data: Union[bytes, str], mode: int = 0o644, check: bool = False) -> dict:
+def _make_folders(folder: str) -> None:
+    """Every missing folder down to ``folder``, 0755 whatever the umask (as ``file: state=directory, mode=0755``
+    sets the last one); a folder another worker made meanwhile (the ranks of one task write at once) is fine."""
+    missing = []
+    while not os.path.isdir(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    for path in reversed(missing):
+        try:
+            os.mkdir(path)
+            os.chmod(path, 0o755)
+        except FileExistsError:
+            pass
+
+
+def write_if_changed(path: str, data: Union[bytes, str], mode: int = 0o644, check: bool = False,
+                     make_folders: bool = False) -> dict:
     """``path`` holds ``data`` with ``mode`` afterwards (write_atomic where it does not already): {changed, dest,
     size, mode}. ``check``: report whether it would change and change nothing. The parent folder must exist (the
-    caller makes it: a missing run folder is an error, not something to create silently)."""
+    caller makes it: a missing run folder is an error, not something to create silently), unless ``make_folders``:
+    then every missing folder down to it is made first (0755 each whatever the umask; none in check mode)."""
     payload = data.encode("utf-8") if isinstance(data, str) else data
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
-        raise FileNotFoundError(f"destination folder {directory} does not exist")
+        if not make_folders:
+            raise FileNotFoundError(f"destination folder {directory} does not exist")
+        if check:
+            return {"changed": True, "dest": path, "size": len(payload), "mode": "%04o" % mode}
+        _make_folders(directory)
     st = regular_stat(path)
     same = False
     if st is not None:

@@ -61,36 +61,11 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"controller_file: make_folders must be true or false, got {make_folders!r}")
         text = content.decode("utf-8", "replace") if isinstance(content, bytes) else str(content)
         before = self._before(dest) if self._task.diff else None
-        folder = os.path.dirname(dest)
         try:
-            if make_folders and not os.path.isdir(folder):
-                if self._task.check_mode:
-                    # check mode: the folders and the file would all be new; nothing is made
-                    result.update(changed=True, dest=dest, size=len(text.encode("utf-8")), mode="%04o" % octal)
-                    return self._with_diff(result, before, text, dest)
-                self._make_folders(folder)
-            result.update(write_if_changed(dest, text, mode=octal, check=bool(self._task.check_mode)))
+            result.update(write_if_changed(dest, text, mode=octal, check=bool(self._task.check_mode),
+                                           make_folders=make_folders))
         except OSError as exc:
             raise AnsibleActionFail(f"controller_file: cannot write {dest}: {exc}") from exc
-        return self._with_diff(result, before, text, dest)
-
-    @staticmethod
-    def _make_folders(folder: str) -> None:
-        """Every missing folder down to ``folder``, 0755 whatever the umask (as ``file: state=directory, mode=0755``
-        sets the last one); a folder another rank's worker of the same task made meanwhile is fine."""
-        missing = []
-        while not os.path.isdir(folder):
-            missing.append(folder)
-            folder = os.path.dirname(folder)
-        for path in reversed(missing):
-            try:
-                os.mkdir(path)
-                os.chmod(path, 0o755)
-            except FileExistsError:
-                pass
-
-    @staticmethod
-    def _with_diff(result: dict, before, text: str, dest: str) -> dict:
         if before is not None and result.get("changed"):
             # As ansible.builtin.copy shows it: the old and the new text, or a note above the diff size limit.
             after = text if len(text.encode("utf-8")) <= C.MAX_FILE_SIZE_FOR_DIFF else "(the new content is too large to show)"

@@ -78,3 +78,20 @@ def test_write_if_changed_refuses_a_missing_folder_and_a_directory(tmp_path):
     (tmp_path / "boot-logs").mkdir()
     with pytest.raises(IsADirectoryError):
         file_io.write_if_changed(str(tmp_path / "boot-logs"), "x")
+
+
+def test_write_if_changed_makes_missing_folders_only_when_asked_and_never_in_check_mode(tmp_path):
+    dest = tmp_path / "run" / "boot-logs" / "candidate" / "spark1.log"
+    with pytest.raises(FileNotFoundError):
+        file_io.write_if_changed(str(dest), "log\n")
+    assert file_io.write_if_changed(str(dest), "log\n", check=True, make_folders=True)["changed"] is True
+    assert not (tmp_path / "run").exists(), "check mode makes no folder"
+    old = os.umask(0o077)
+    try:
+        assert file_io.write_if_changed(str(dest), "log\n", make_folders=True)["changed"] is True
+    finally:
+        os.umask(old)
+    assert dest.read_text() == "log\n"
+    for folder in (dest.parent, dest.parent.parent, dest.parent.parent.parent):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o755
+    assert file_io.write_if_changed(str(dest), "log\n", make_folders=True)["changed"] is False
